@@ -1,0 +1,259 @@
+// Package memory is the in-process reference backend: deterministic, driven
+// by an injectable clock, and never distributed. Use it in tests, in
+// simulations and for locks within one process.
+//
+// # Guarantees
+//
+// Every operation is one critical section under the store's mutex, timed by
+// the store's clock, with the semantics of [leaseapi.Backend]. Tokens are
+// per key, start at 1 and strictly increase with every acquisition; they
+// survive release and expiry but not the Store (a new Store starts again at
+// 1: it is not a durable fencing authority across processes).
+//
+// # What this package does not do
+//
+// It forgets nothing: every key ever acquired keeps a small entry (its last
+// token) for the life of the Store, so the token history is never lost. A
+// program that acquires unboundedly many distinct keys grows accordingly.
+package memory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Options configures a [Store]. The zero value is valid.
+type Options struct {
+	// Clock is the store's clock: the "backend time" of every record. Nil
+	// means the real clock. A simulated or skewed clock makes the store
+	// deterministic or models a backend whose clock differs from the client's.
+	Clock leaseapi.Clock
+}
+
+// Store is the memory backend. It implements [leaseapi.Backend],
+// [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
+// [leaseapi.BatchRenewer]. It is safe for concurrent use and starts no
+// goroutine, so it needs no Close.
+type Store struct {
+	clk leaseapi.Clock
+
+	// mu guards keys and watches; no channel operation blocks under it.
+	mu      sync.Mutex
+	keys    map[leaseapi.Key]*entry
+	watches map[leaseapi.Key]map[*watch]struct{}
+}
+
+// entry is one key's state; it is never deleted, to keep the token.
+type entry struct {
+	token      leaseapi.Token
+	owner      string // "" once released
+	acquiredAt time.Time
+	expiresAt  time.Time
+}
+
+// watch is one WatchRelease registration. ch has buffer 1: the store sends
+// without blocking and coalesces; nobody closes it.
+type watch struct{ ch chan struct{} }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// New returns an empty Store. It does no I/O and starts nothing.
+func New(o Options) (*Store, error) {
+	clk := o.Clock
+	if clk == nil {
+		clk = realClock{}
+	}
+	return &Store{
+		clk:     clk,
+		keys:    make(map[leaseapi.Key]*entry),
+		watches: make(map[leaseapi.Key]map[*watch]struct{}),
+	}, nil
+}
+
+func (e *entry) live(now time.Time) bool {
+	return e.owner != "" && now.Before(e.expiresAt)
+}
+
+func (e *entry) record(k leaseapi.Key) leaseapi.Record {
+	return leaseapi.Record{Key: k, Owner: e.owner, Token: e.token, AcquiredAt: e.acquiredAt, ExpiresAt: e.expiresAt}
+}
+
+// matches reports whether rec names e's current grant.
+func (e *entry) matches(rec leaseapi.Record) bool {
+	return e.owner == rec.Owner && e.token == rec.Token
+}
+
+func ctxErr(ctx context.Context, op string) error {
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	return nil
+}
+
+// TryAcquire implements [leaseapi.Backend].
+func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "try acquire"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := validArgs(key, owner, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clk.Now()
+	e := s.keys[key]
+	if e == nil {
+		e = &entry{}
+		s.keys[key] = e
+	} else if e.live(now) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	}
+	*e = entry{token: e.token + 1, owner: owner, acquiredAt: now, expiresAt: now.Add(ttl)}
+	return e.record(key), nil
+}
+
+// Renew implements [leaseapi.Backend].
+func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "renew"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clk.Now()
+	e := s.keys[rec.Key]
+	if e == nil || !e.matches(rec) || !e.live(now) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	e.acquiredAt, e.expiresAt = now, now.Add(ttl)
+	return e.record(rec.Key), nil
+}
+
+// RenewBatch implements [leaseapi.BatchRenewer] by renewing each request in
+// order; it exists so the runtime's batching path has a reference.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	out := make([]leaseapi.RenewResult, len(reqs))
+	for i, r := range reqs {
+		out[i].Record, out[i].Err = s.Renew(ctx, r.Record, r.TTL)
+	}
+	return out
+}
+
+// Validate implements [leaseapi.Backend].
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+	const op = "validate"
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[rec.Key]
+	if e == nil || !e.matches(rec) || !e.live(s.clk.Now()) {
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return nil
+}
+
+// Release implements [leaseapi.Backend].
+func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
+	const op = "release"
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[rec.Key]
+	switch {
+	case e == nil || e.token != rec.Token:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	case e.owner == "":
+		return nil // already released: idempotent
+	case e.owner != rec.Owner:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	e.owner = ""
+	e.expiresAt = e.acquiredAt
+	for w := range s.watches[rec.Key] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Inspect implements [leaseapi.Inspector].
+func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
+	const op = "inspect"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, false, err
+	}
+	if err := key.Check(); err != nil {
+		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil {
+		return leaseapi.Record{Key: key}, false, nil
+	}
+	if !e.live(s.clk.Now()) {
+		return leaseapi.Record{Key: key, Token: e.token}, false, nil
+	}
+	return e.record(key), true, nil
+}
+
+// WatchRelease implements [leaseapi.ReleaseWatcher]. It starts nothing; stop
+// removes the registration and is safe to call more than once.
+func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
+	w := &watch{ch: make(chan struct{}, 1)}
+	s.mu.Lock()
+	set := s.watches[key]
+	if set == nil {
+		set = make(map[*watch]struct{})
+		s.watches[key] = set
+	}
+	set[w] = struct{}{}
+	s.mu.Unlock()
+	return w.ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if set := s.watches[key]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(s.watches, key)
+			}
+		}
+	}
+}
+
+func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
+	if err := key.Check(); err != nil {
+		return err
+	}
+	if err := leaseapi.CheckOwner(owner); err != nil {
+		return err
+	}
+	return leaseapi.CheckTTL(ttl)
+}

@@ -1,0 +1,52 @@
+// Package testserver finds or starts the real servers the backend tests run
+// against: an address from the environment when set, otherwise a private
+// server started from a binary on PATH in a temporary directory on a
+// loopback port. Only tests import it.
+package testserver
+
+import (
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+)
+
+// ErrNoServer means neither the environment nor PATH offers a server.
+var ErrNoServer = errors.New("testserver: no server available")
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FindBinary returns the first of names found on PATH or, failing that, in
+// one of the directories matched by the glob patterns in extra (Debian keeps
+// PostgreSQL's server binaries in /usr/lib/postgresql/*/bin).
+func FindBinary(names []string, extra ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+	}
+	for _, pattern := range extra {
+		dirs, _ := filepath.Glob(pattern)
+		for i := len(dirs) - 1; i >= 0; i-- { // newest version first
+			for _, n := range names {
+				p := filepath.Join(dirs[i], n)
+				if _, err := exec.LookPath(p); err == nil {
+					return p, nil
+				}
+			}
+		}
+	}
+	return "", ErrNoServer
+}
+
+// Addr formats a loopback address.
+func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }

@@ -1,0 +1,115 @@
+package leaseapi
+
+import (
+	"context"
+	"time"
+)
+
+// Backend stores leases. It is the contract every backend implements and
+// the runtime consumes; implementations must be safe for concurrent use.
+//
+// Each method is one atomic operation on the backend, timed by the
+// backend's clock, and honours ctx (a call whose ctx ends returns an error
+// matching [ErrCanceled] or [ErrTimeout] if nothing was sent, or
+// [ErrAmbiguousOutcome] if a mutation may have been applied). Every error
+// matches exactly one sentinel; backends classify driver errors once:
+// failed before sending is [ErrBackendUnavailable], a mutation whose reply
+// was lost is [ErrAmbiguousOutcome]. Backends never retry a mutation on
+// their own.
+type Backend interface {
+	// TryAcquire grants key to owner for ttl if no live grant exists (the
+	// previous one expired by the backend's clock or was released), with a
+	// token one higher than the key's last token. It returns the new record,
+	// or [ErrContended] if a live grant exists (even one of the same owner:
+	// an acquisition is never idempotent), or [ErrInvalidState] for a zero
+	// key, an invalid owner id or a TTL outside [CheckTTL].
+	TryAcquire(ctx context.Context, key Key, owner string, ttl time.Duration) (Record, error)
+
+	// Renew extends rec's grant to backend-now + ttl if rec (key, owner and
+	// token) is the key's live grant, and returns the renewed record (same
+	// token, AcquiredAt = the renewal's backend time). An expired, released
+	// or replaced grant is [ErrStaleOwner].
+	Renew(ctx context.Context, rec Record, ttl time.Duration) (Record, error)
+
+	// Validate returns nil if rec is the key's live grant and [ErrStaleOwner]
+	// otherwise. It changes nothing.
+	Validate(ctx context.Context, rec Record) error
+
+	// Release ends rec's grant if rec is the key's latest grant, and returns
+	// nil. It is idempotent: releasing a grant that is already released or
+	// expired, with no later grant, also returns nil. If a later grant exists
+	// (a higher token), or another owner holds the key, it changes nothing
+	// and returns [ErrStaleOwner]. Release never deletes the key's token
+	// history.
+	Release(ctx context.Context, rec Record) error
+}
+
+// Inspector is an optional [Backend] capability: read a key's state without
+// changing it. The runtime uses it to resolve an acquisition whose reply
+// was lost (adopting the grant if it carries the acquirer's owner id);
+// operators use it for tooling. Inspect returns the key's latest token in
+// rec.Token even when the key is not held; held reports whether a live grant
+// exists, in which case rec is that grant.
+type Inspector interface {
+	Inspect(ctx context.Context, key Key) (rec Record, held bool, err error)
+}
+
+// ReleaseWatcher is an optional [Backend] capability for fast hand-off:
+// waiters in Acquire wake as soon as a holder releases instead of sleeping
+// a retry interval. Notifications are best effort (a missed one costs one
+// retry interval, never safety); expiry is not notified.
+type ReleaseWatcher interface {
+	// WatchRelease returns a channel that receives a value (buffer 1,
+	// coalescing) after key is released, and a stop function that must be
+	// called exactly once to free the watch. It does no I/O on the caller's
+	// goroutine beyond registering the watch; a backend that needs a
+	// connection for notifications opens it lazily and owns it until Close.
+	WatchRelease(key Key) (released <-chan struct{}, stop func())
+}
+
+// RenewRequest is one element of a batched renewal.
+type RenewRequest struct {
+	Record Record
+	TTL    time.Duration
+}
+
+// RenewResult is the outcome of one element of a batched renewal.
+type RenewResult struct {
+	Record Record
+	Err    error
+}
+
+// BatchRenewer is an optional [Backend] capability: renew many grants in one
+// round trip. Each element has exactly the semantics of [Backend.Renew];
+// results are in request order. A failure of the whole batch gives every
+// element the same classified error ([ErrAmbiguousOutcome] once anything
+// was sent).
+type BatchRenewer interface {
+	RenewBatch(ctx context.Context, reqs []RenewRequest) []RenewResult
+}
+
+// Clock is the one clock method a backend that keeps its own time needs
+// (the memory backend). github.com/benbjohnson/clock's Clock satisfies it.
+type Clock interface {
+	Now() time.Time
+}
+
+// OwnerSource makes owner ids. The default draws 128 bits from crypto/rand.
+// Implementations must be safe for concurrent use and must never return the
+// same id twice.
+type OwnerSource interface {
+	NewOwner() (string, error)
+}
+
+// Sleeper pauses an acquisition between attempts. Sleep returns nil after d,
+// or early with ctx's error, or with a nil error as soon as wake receives
+// (a release notification; wake may be nil).
+type Sleeper interface {
+	Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error
+}
+
+// RetrySource draws retry jitter. Jitter returns a duration in [0, max)
+// (zero when max <= 0). Implementations must be safe for concurrent use.
+type RetrySource interface {
+	Jitter(max time.Duration) time.Duration
+}
