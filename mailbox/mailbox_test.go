@@ -1,0 +1,210 @@
+package mailbox
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestSendReceiveFIFO(t *testing.T) {
+	m := New[int](3)
+	for i := range 3 {
+		if err := m.Send(t.Context(), i); err != nil {
+			t.Fatalf("Send(%d): got %v, want nil", i, err)
+		}
+	}
+	if err := m.TrySend(9); !errors.Is(err, ErrFull) {
+		t.Fatalf("TrySend on a full mailbox: got %v, want ErrFull", err)
+	}
+	for i := range 3 {
+		if got := <-m.Receive(); got != i {
+			t.Fatalf("Receive: got %d, want %d", got, i)
+		}
+	}
+}
+
+func TestSendHonoursContextWhenFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[int](1)
+		if err := m.Send(t.Context(), 1); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if err := m.Send(ctx, 2); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Send on a full mailbox with a deadline: got %v, want DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestSendAfterCloseFails(t *testing.T) {
+	m := New[int](4)
+	m.Close()
+	m.Close() // idempotent
+	if err := m.Send(t.Context(), 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close: got %v, want ErrClosed", err)
+	}
+	if err := m.TrySend(1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TrySend after Close: got %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseUnblocksWaitingSender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[int](1)
+		_ = m.Send(t.Context(), 1)
+		errc := make(chan error, 1)
+		go func() { errc <- m.Send(context.Background(), 2) }()
+		synctest.Wait() // the sender is durably blocked on the full mailbox
+		m.Close()
+		if err := <-errc; !errors.Is(err, ErrClosed) {
+			t.Fatalf("blocked Send after Close: got %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestConcurrentSendersRaceClose runs many senders against Close under the
+// race detector: no panic, every Send returns nil or ErrClosed, and every
+// message accepted before Close was receivable by the actor or the drain.
+func TestConcurrentSendersRaceClose(t *testing.T) {
+	for range 50 {
+		m := New[int](8)
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			accepted int
+		)
+		for i := range 16 {
+			wg.Go(func() {
+				for j := range 20 {
+					err := m.Send(context.Background(), i*100+j)
+					if err != nil && !errors.Is(err, ErrClosed) {
+						t.Errorf("Send: got %v, want nil or ErrClosed", err)
+						return
+					}
+					if err == nil {
+						mu.Lock()
+						accepted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		received := 0
+		stop := make(chan struct{})
+		recvDone := make(chan struct{})
+		go func() {
+			defer close(recvDone)
+			for {
+				select {
+				case <-m.Receive():
+					received++
+					if received == 40 {
+						m.Close()
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+		wg.Wait()
+		close(stop)
+		<-recvDone
+		m.Drain(func(int) { received++ })
+		if received != accepted {
+			t.Fatalf("received %d messages, want the %d accepted", received, accepted)
+		}
+	}
+}
+
+func TestRequestReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[Call[int, int]](1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c := <-m.Receive()
+			c.Reply(c.Req * 2)
+			c.Reply(0) // a second reply is dropped, never blocks
+		}()
+		got, err := Request(t.Context(), m, done, 21)
+		if err != nil || got != 42 {
+			t.Fatalf("Request: got (%d, %v), want (42, nil)", got, err)
+		}
+		<-done
+	})
+}
+
+// TestRequestUnblocks is the unblocking table: a request returns on ctx
+// cancel, on actor exit before receiving, and on actor exit after receiving
+// without replying.
+func TestRequestUnblocks(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		unblock func(cancel context.CancelFunc, m *Mailbox[Call[int, int]], done chan struct{})
+		want    error
+	}{
+		{"ctx canceled while waiting for reply", func(cancel context.CancelFunc, m *Mailbox[Call[int, int]], _ chan struct{}) {
+			<-m.Receive()
+			cancel()
+		}, context.Canceled},
+		{"actor exits after receiving", func(_ context.CancelFunc, m *Mailbox[Call[int, int]], done chan struct{}) {
+			<-m.Receive()
+			close(done)
+		}, ErrClosed},
+		{"mailbox closed while sender waits for room", func(_ context.CancelFunc, m *Mailbox[Call[int, int]], _ chan struct{}) {
+			m.Close()
+		}, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := New[Call[int, int]](1)
+				if tc.name == "mailbox closed while sender waits for room" {
+					_ = m.TrySend(NewCall[int, int](0)) // fill it
+				}
+				done := make(chan struct{})
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				errc := make(chan error, 1)
+				go func() {
+					_, err := Request(ctx, m, done, 1)
+					errc <- err
+				}()
+				if tc.name == "mailbox closed while sender waits for room" {
+					synctest.Wait()
+				}
+				tc.unblock(cancel, m, done)
+				if err := <-errc; !errors.Is(err, tc.want) {
+					t.Fatalf("got %v, want %v", err, tc.want)
+				}
+			})
+		})
+	}
+}
+
+func TestRequestAfterActorExit(t *testing.T) {
+	m := New[Call[int, int]](1)
+	done := make(chan struct{})
+	close(done)
+	if _, err := Request(t.Context(), m, done, 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Request after actor exit: got %v, want ErrClosed", err)
+	}
+}
+
+func TestReplyBeforeExitIsDelivered(t *testing.T) {
+	c := NewCall[int, int](1)
+	c.Reply(7)
+	done := make(chan struct{})
+	close(done)
+	got, err := c.Wait(context.Background(), done)
+	if err != nil || got != 7 {
+		t.Fatalf("Wait: got (%d, %v), want (7, nil)", got, err)
+	}
+}
