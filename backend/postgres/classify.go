@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// classify maps a pgx error to exactly one leaseapi sentinel, with a fixed
+// detail and no driver text. mutation says whether the failed call was an
+// autocommit statement that changes state (acquire, renew, release, batch
+// renew, commit); reads and statements inside a caller's still-open
+// transaction pass false, because nothing of theirs can have committed.
+//
+// The rules, in order:
+//
+//   - A *pgconn.PgError of severity ERROR reports that the statement failed,
+//     and with it its implicit transaction, so nothing was applied:
+//     40001 (serialization_failure) and 40P01 (deadlock_detected) are
+//     ErrBackendUnavailable ("not applied", safe to retry); class 42, 3F
+//     and 3D (undefined table, schema or database) are ErrBackendUnavailable
+//     "schema missing" (Migrate was not run); class 23 (constraint) and 22
+//     (data, e.g. the 2^63 token bound) are ErrInvalidState. The exception
+//     is 57014 (query_canceled: statement_timeout or a cancel request):
+//     for a mutation it is ErrAmbiguousOutcome, so that it classifies the
+//     same way as the context-cancel race it is indistinguishable from.
+//   - A FATAL or PANIC PgError, or class 08 / 57P (the session was
+//     terminated, e.g. pg_terminate_backend or shutdown), may arrive after
+//     the statement completed: ErrAmbiguousOutcome for a mutation,
+//     ErrBackendUnavailable for a read.
+//   - pgconn.SafeToRetry: nothing was sent. The context's error if it ended
+//     (ErrCanceled / ErrTimeout), else ErrBackendUnavailable.
+//   - A context error or pgconn.Timeout after sending: ErrAmbiguousOutcome
+//     for a mutation; for a read the context error (ErrTimeout /
+//     ErrCanceled), or ErrBackendUnavailable for a network timeout.
+//   - Anything else (connection reset, EOF mid-reply): ErrAmbiguousOutcome
+//     for a mutation, ErrBackendUnavailable for a read.
+//
+// The result carries an empty operation name; callers pass it through
+// leaseapi.Wrap with theirs.
+func classify(err error, mutation bool) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	ctxErr := contextCause(err)
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == "57014" && ctxErr != nil && !mutation {
+			return leaseapi.ContextError("", ctxErr) // our own cancel request
+		}
+		return classifyPg(pgErr, mutation)
+	}
+	if pgconn.SafeToRetry(err) {
+		if ctxErr != nil {
+			return leaseapi.ContextError("", ctxErr)
+		}
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "not sent")
+	}
+	if ctxErr != nil || pgconn.Timeout(err) {
+		if mutation {
+			return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "deadline or cancel after send")
+		}
+		if ctxErr != nil {
+			return leaseapi.ContextError("", ctxErr)
+		}
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "network timeout")
+	}
+	if mutation {
+		return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "connection lost after send")
+	}
+	return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "connection failed")
+}
+
+func classifyPg(e *pgconn.PgError, mutation bool) error {
+	sev := e.SeverityUnlocalized
+	if sev == "" {
+		sev = e.Severity
+	}
+	code := e.Code
+	class := ""
+	if len(code) >= 2 {
+		class = code[:2]
+	}
+	terminated := sev == "FATAL" || sev == "PANIC" || class == "08" || (len(code) >= 3 && code[:3] == "57P")
+	switch {
+	case terminated:
+		if mutation {
+			return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "session terminated")
+		}
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "session terminated")
+	case code == "57014":
+		if mutation {
+			return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "statement canceled")
+		}
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "statement canceled")
+	case code == "40001":
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "serialization failure, not applied")
+	case code == "40P01":
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "deadlock, not applied")
+	case class == "42" || class == "3F" || class == "3D":
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "schema missing")
+	case class == "23":
+		return leaseapi.NewError("", leaseapi.ErrInvalidState, "constraint violation")
+	case class == "22":
+		return leaseapi.NewError("", leaseapi.ErrInvalidState, "value out of range")
+	}
+	return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "statement failed, not applied")
+}
+
+func contextCause(err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	}
+	return nil
+}

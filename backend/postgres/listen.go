@@ -1,0 +1,206 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Listener tuning. The backoff between reconnection attempts starts at
+// backoffMin and doubles up to backoffMax; it resets after a successful
+// LISTEN. A connection idle for idleCheck is pinged (bounded by pingTimeout)
+// so that a silently dead connection is replaced.
+const (
+	backoffMin  = 50 * time.Millisecond
+	backoffMax  = 5 * time.Second
+	idleCheck   = 30 * time.Second
+	pingTimeout = 5 * time.Second
+	closeWait   = 2 * time.Second
+)
+
+// watch is one WatchRelease registration. ch has buffer 1: the listener
+// sends without blocking (coalescing); nobody closes it.
+type watch struct {
+	ch  chan struct{}
+	key string // kept in memory only, for the sweep after (re)connecting
+}
+
+// WatchRelease implements [leaseapi.ReleaseWatcher]. The returned channel
+// receives (buffer 1, coalescing) after a release of key is committed; stop
+// removes the registration and may be called more than once.
+//
+// The first call starts the Store's one LISTEN connection (taken from the
+// pool with Acquire and Hijack, so the pool's hooks apply) on a goroutine
+// that runs until [Store.Close]; WatchRelease itself does no I/O. The
+// listener reconnects with bounded backoff. Every time it (re)establishes
+// LISTEN it reads which watched keys are currently released or expired and
+// wakes their watchers once, because a release may have happened while it
+// was not listening (including between the first WatchRelease and the first
+// LISTEN): such a wake can be spurious, and a waiter simply retries. Expiry
+// is otherwise never notified. After Close the channel never receives.
+func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
+	w := &watch{ch: make(chan struct{}, 1), key: key.String()}
+	h := keyHash(key)
+	s.mu.Lock()
+	if !s.closed {
+		set := s.watches[h]
+		if set == nil {
+			set = make(map[*watch]struct{})
+			s.watches[h] = set
+		}
+		set[w] = struct{}{}
+		if !s.listening {
+			s.listening = true
+			ctx, cancel := context.WithCancel(context.Background())
+			s.cancel = cancel
+			s.wg.Add(1)
+			go s.listen(ctx)
+		}
+	}
+	s.mu.Unlock()
+	return w.ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if set := s.watches[h]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(s.watches, h)
+			}
+		}
+	}
+}
+
+// Close stops the LISTEN goroutine, if one was started, closes its
+// connection and waits for the goroutine to exit (bounded: the connection
+// close is given closeWait). It does not close the pool, which the caller
+// owns. Close is idempotent and always returns nil; after it, WatchRelease
+// registers nothing and starts nothing, while the other operations keep
+// working on the pool.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	cancel := s.cancel
+	s.watches = make(map[string]map[*watch]struct{})
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// notify wakes the watchers of payload (a key hash).
+func (s *Store) notify(payload string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watches[payload] {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sweep wakes the watchers of every watched key that is currently released
+// or expired: the releases a (re)connecting listener may have missed. One
+// read on the listener's own connection.
+func (s *Store) sweep(ctx context.Context, conn *pgx.Conn) error {
+	s.mu.Lock()
+	var keys []string
+	for _, set := range s.watches {
+		for w := range set {
+			keys = append(keys, w.key)
+			break // every watcher of one hash watches the same key (or collides harmlessly)
+		}
+	}
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := conn.Query(ctx, s.q.sweep, keys)
+	if err != nil {
+		return err
+	}
+	var k string
+	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
+		s.notify(keyHashString(k))
+		return nil
+	})
+	return err
+}
+
+// listen is the listener goroutine. It exits when ctx is canceled (by
+// Close), after closing its connection.
+func (s *Store) listen(ctx context.Context) {
+	defer s.wg.Done()
+	backoff := backoffMin
+	for {
+		conn, err := s.listenConn(ctx)
+		if err == nil {
+			backoff = backoffMin
+			if s.sweep(ctx, conn) == nil {
+				_ = s.receive(ctx, conn) // returns when the connection fails or ctx ends
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), closeWait)
+			_ = conn.Close(cctx)
+			cancel()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+// listenConn takes a connection out of the pool for good and LISTENs on it.
+func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := pc.Hijack()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		_ = conn.Close(cctx)
+		cancel()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// receive fans notifications out until the connection fails or ctx ends.
+func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, idleCheck)
+		n, err := conn.WaitForNotification(wctx)
+		idle := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			if n.Channel == s.channel {
+				s.notify(n.Payload)
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case idle && !conn.IsClosed():
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}

@@ -1,0 +1,523 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Default identifiers used when the corresponding [Options] field is empty.
+const (
+	DefaultSchema     = "lease"
+	DefaultTable      = "leases"
+	DefaultFenceTable = "fences"
+)
+
+// identRE is the only identifier shape accepted for schema and table names:
+// lower-case, unquoted-safe and at most 63 bytes (PostgreSQL truncates longer
+// names silently, which would make two configurations collide).
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Options configures a [Store] and [Migrate]. The zero value is valid and
+// names lease.leases and lease.fences. A Store and the Migrate call that
+// prepared its tables must use the same Options.
+type Options struct {
+	// Schema holds the tables; default [DefaultSchema]. It must match
+	// [a-z_][a-z0-9_]{0,62}; anything else is rejected with
+	// leaseapi.ErrInvalidState rather than quoted.
+	Schema string
+	// Table is the lease table; default [DefaultTable]. Same rule as Schema.
+	Table string
+	// FenceTable is the protected-resource table used by
+	// [Store.AdvanceFence] and [Store.FencedWrite]; default
+	// [DefaultFenceTable]. Same rule as Schema; it must differ from Table.
+	FenceTable string
+}
+
+// names is the validated, quoted form of Options.
+type names struct {
+	schema, table, fences string // raw validated names
+	qTable, qFences       string // schema-qualified, quoted
+	qSchema               string
+}
+
+func (o Options) names() (names, error) {
+	n := names{schema: o.Schema, table: o.Table, fences: o.FenceTable}
+	if n.schema == "" {
+		n.schema = DefaultSchema
+	}
+	if n.table == "" {
+		n.table = DefaultTable
+	}
+	if n.fences == "" {
+		n.fences = DefaultFenceTable
+	}
+	for _, s := range []string{n.schema, n.table, n.fences} {
+		if !identRE.MatchString(s) {
+			return names{}, leaseapi.NewError("options", leaseapi.ErrInvalidState, "identifier must match [a-z_][a-z0-9_]{0,62}")
+		}
+	}
+	if n.table == n.fences || n.table == versionTable || n.fences == versionTable {
+		return names{}, leaseapi.NewError("options", leaseapi.ErrInvalidState, "table names must be distinct")
+	}
+	n.qSchema = pgx.Identifier{n.schema}.Sanitize()
+	n.qTable = pgx.Identifier{n.schema, n.table}.Sanitize()
+	n.qFences = pgx.Identifier{n.schema, n.fences}.Sanitize()
+	return n, nil
+}
+
+// channel is the NOTIFY channel of one lease table: a fixed prefix and a hash
+// of the qualified table name, so that it fits PostgreSQL's 63-byte limit.
+func (n names) channel() string {
+	h := sha256.Sum256([]byte(n.schema + "." + n.table))
+	return "lease_release_" + hex.EncodeToString(h[:12])
+}
+
+// Store is the PostgreSQL backend. It implements [leaseapi.Backend],
+// [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
+// [leaseapi.BatchRenewer], plus the fencing helpers [Store.Fence],
+// [Store.AdvanceFence] and [Store.FencedWrite].
+//
+// A Store is safe for concurrent use. It borrows the pool (the caller closes
+// it, after Store.Close). Its only background resource is the LISTEN
+// connection started by the first [Store.WatchRelease]; [Store.Close] gives
+// it back. A Store on which WatchRelease was never called needs no Close.
+type Store struct {
+	pool    *pgxpool.Pool
+	n       names
+	channel string
+	q       statements
+
+	// mu guards watches, listening, closed, cancel. No channel operation
+	// blocks under it (watch sends are non-blocking).
+	mu        sync.Mutex
+	watches   map[string]map[*watch]struct{} // payload hash -> watchers
+	listening bool                           // the listener goroutine was started
+	closed    bool
+	cancel    context.CancelFunc // stops the listener; set when listening
+	// wg counts the listener goroutine; Close waits for it.
+	wg sync.WaitGroup
+}
+
+// statements holds the SQL of every operation, built once in New from the
+// validated, quoted identifiers.
+type statements struct {
+	acquire, renew, validate, release, inspect, renewBatch, fence, advance, sweep string
+}
+
+func buildStatements(n names) statements {
+	t, f := n.qTable, n.qFences
+	return statements{
+		// One clock reading per statement (the CTE is materialised because
+		// clock_timestamp() is volatile), so expires_at - acquired_at is
+		// exactly the TTL. The upsert only takes over a released or
+		// expired row, bumping its token; RETURNING nothing means
+		// contended.
+		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t)
+INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
+SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
+ON CONFLICT (key) DO UPDATE
+SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.owner IS NULL OR l.expires_at <= excluded.acquired_at
+RETURNING l.token, l.acquired_at, l.expires_at`, t),
+
+		renew: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t)
+UPDATE %[1]s AS l SET acquired_at = now.t, expires_at = now.t + $4::bigint * interval '1 microsecond'
+FROM now
+WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > now.t
+RETURNING l.acquired_at, l.expires_at`, t),
+
+		validate: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s
+WHERE key = $1::text AND owner = $2::text AND token = $3::bigint AND expires_at > clock_timestamp())`, t),
+
+		// cur locks the key's row and reads its newest version; r releases
+		// it if owner and token match; n notifies (delivered at commit).
+		// Result: 0 released now, 1 already released (idempotent), 2 stale.
+		release: fmt.Sprintf(`WITH cur AS (
+	SELECT key, owner, token FROM %[1]s WHERE key = $1::text FOR UPDATE
+), r AS (
+	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at
+	FROM cur WHERE l.key = cur.key AND cur.owner = $2::text AND cur.token = $3::bigint
+	RETURNING 1
+), n AS (
+	SELECT pg_notify($4::text, $5::text) FROM r
+)
+SELECT CASE
+	WHEN (SELECT count(*) FROM n) > 0 THEN 0
+	WHEN EXISTS (SELECT 1 FROM cur WHERE cur.token = $3::bigint AND cur.owner IS NULL) THEN 1
+	ELSE 2 END`, t),
+
+		inspect: fmt.Sprintf(`SELECT coalesce(owner, ''), token, acquired_at, expires_at,
+	owner IS NOT NULL AND expires_at > clock_timestamp()
+FROM %[1]s WHERE key = $1::text`, t),
+
+		// One statement for the whole batch; idx maps rows back to requests.
+		// Callers never put one key twice in a batch.
+		renewBatch: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
+req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[]) AS r(key, owner, token, ttl_us, idx)
+)
+UPDATE %[1]s AS l SET acquired_at = now.t, expires_at = now.t + req.ttl_us * interval '1 microsecond'
+FROM now, req
+WHERE l.key = req.key AND l.owner = req.owner AND l.token = req.token AND l.expires_at > now.t
+RETURNING req.idx, l.acquired_at, l.expires_at`, t),
+
+		sweep: fmt.Sprintf(`SELECT key FROM %[1]s
+WHERE key = ANY($1::text[]) AND (owner IS NULL OR expires_at <= clock_timestamp())`, t),
+
+		// FOR SHARE: concurrent fenced transactions of one grant do not
+		// block each other, but every mutation of the lease row (renew,
+		// release, a successor's acquisition) waits for the caller's commit.
+		fence: fmt.Sprintf(`SELECT 1 FROM %[1]s
+WHERE key = $1::text AND owner = $2::text AND token = $3::bigint AND expires_at > clock_timestamp()
+FOR SHARE`, t),
+
+		// The conflicting row stays locked until the caller's transaction
+		// ends, so concurrent writers of one resource are serialised.
+		advance: fmt.Sprintf(`INSERT INTO %[1]s AS f (resource, token, updated_at)
+VALUES ($1::text, $2::bigint, clock_timestamp())
+ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+WHERE f.token <= excluded.token
+RETURNING f.token`, f),
+	}
+}
+
+// New returns a Store on pool with the tables named by o. It does no I/O:
+// an unreachable pool is reported by the first operation as
+// leaseapi.ErrBackendUnavailable, and missing tables (Migrate not run) the
+// same way with the detail "schema missing". A nil pool or an invalid name is
+// leaseapi.ErrInvalidState.
+func New(pool *pgxpool.Pool, o Options) (*Store, error) {
+	if pool == nil {
+		return nil, leaseapi.NewError("new store", leaseapi.ErrInvalidState, "nil pool")
+	}
+	n, err := o.names()
+	if err != nil {
+		return nil, leaseapi.Wrap(err, "new store")
+	}
+	return &Store{
+		pool:    pool,
+		n:       n,
+		channel: n.channel(),
+		q:       buildStatements(n),
+		watches: make(map[string]map[*watch]struct{}),
+	}, nil
+}
+
+// keyHash is the NOTIFY payload for key: a hash, so the key itself never
+// travels in a notification.
+func keyHash(k leaseapi.Key) string { return keyHashString(k.String()) }
+
+func keyHashString(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return hex.EncodeToString(h[:16])
+}
+
+func ctxErr(ctx context.Context, op string) error {
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	return nil
+}
+
+func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
+	if err := key.Check(); err != nil {
+		return err
+	}
+	if err := leaseapi.CheckOwner(owner); err != nil {
+		return err
+	}
+	return leaseapi.CheckTTL(ttl)
+}
+
+// storable reports whether tok fits the bigint column. Tokens are bounded by
+// 2^63-1: the backend never grants a larger one, so a record carrying one
+// cannot be current.
+func storable(tok leaseapi.Token) bool { return uint64(tok) <= math.MaxInt64 }
+
+// conn takes a connection from the pool. Nothing has been sent when it
+// fails, so the error is classified as a failed read.
+func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, leaseapi.Wrap(classify(err, false), op)
+	}
+	return c, nil
+}
+
+// TryAcquire implements [leaseapi.Backend] with one upsert statement timed
+// by the server's clock_timestamp(). It returns leaseapi.ErrContended when a
+// live grant exists, leaseapi.ErrInvalidState for bad input,
+// leaseapi.ErrBackendUnavailable when nothing was sent or the server
+// refused the statement, and leaseapi.ErrAmbiguousOutcome when the reply was
+// lost: the grant may exist (resolve with [Store.Inspect] by owner id).
+func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "try acquire"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := validArgs(key, owner, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		return leaseapi.Record{}, err
+	}
+	defer c.Release()
+	var tok int64
+	rec := leaseapi.Record{Key: key, Owner: owner}
+	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds()).Scan(&tok, &rec.AcquiredAt, &rec.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	}
+	if err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+	}
+	rec.Token = leaseapi.Token(tok)
+	return rec, nil
+}
+
+// Renew implements [leaseapi.Backend] with one UPDATE comparing key, owner
+// and token. A lost reply is leaseapi.ErrAmbiguousOutcome.
+func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "renew"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	if !storable(rec.Token) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		return leaseapi.Record{}, err
+	}
+	defer c.Release()
+	out := rec
+	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds()).Scan(&out.AcquiredAt, &out.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	if err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+	}
+	return out, nil
+}
+
+// Validate implements [leaseapi.Backend] with one read. It changes nothing;
+// a failure is leaseapi.ErrBackendUnavailable (or the context's error).
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+	const op = "validate"
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	if !storable(rec.Token) {
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	var live bool
+	if err := c.QueryRow(ctx, s.q.validate, rec.Key.String(), rec.Owner, int64(rec.Token)).Scan(&live); err != nil {
+		return leaseapi.Wrap(classify(err, false), op)
+	}
+	if !live {
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return nil
+}
+
+// Release implements [leaseapi.Backend] with one statement that locks the
+// key's row, clears the owner if owner and token match (keeping the row and
+// its token) and, in the same statement, issues pg_notify for
+// [Store.WatchRelease]. It is idempotent; a later grant or another owner is
+// leaseapi.ErrStaleOwner; a lost reply is leaseapi.ErrAmbiguousOutcome.
+func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
+	const op = "release"
+	if err := ctxErr(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	if !storable(rec.Token) {
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	var outcome int32
+	err = c.QueryRow(ctx, s.q.release, rec.Key.String(), rec.Owner, int64(rec.Token), s.channel, keyHash(rec.Key)).Scan(&outcome)
+	if err != nil {
+		return leaseapi.Wrap(classify(err, true), op)
+	}
+	if outcome == 2 {
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return nil
+}
+
+// Inspect implements [leaseapi.Inspector] with one read. For a key that is
+// not held, rec carries only the key and its latest token (0 if never
+// acquired).
+func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
+	const op = "inspect"
+	if err := ctxErr(ctx, op); err != nil {
+		return leaseapi.Record{}, false, err
+	}
+	if err := key.Check(); err != nil {
+		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		return leaseapi.Record{}, false, err
+	}
+	defer c.Release()
+	var (
+		tok  int64
+		live bool
+	)
+	rec := leaseapi.Record{Key: key}
+	err = c.QueryRow(ctx, s.q.inspect, key.String()).Scan(&rec.Owner, &tok, &rec.AcquiredAt, &rec.ExpiresAt, &live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return leaseapi.Record{Key: key}, false, nil
+	}
+	if err != nil {
+		return leaseapi.Record{}, false, leaseapi.Wrap(classify(err, false), op)
+	}
+	rec.Token = leaseapi.Token(tok)
+	if !live {
+		return leaseapi.Record{Key: key, Token: rec.Token}, false, nil
+	}
+	return rec, true, nil
+}
+
+// RenewBatch implements [leaseapi.BatchRenewer]: all valid requests are
+// renewed by one UPDATE ... FROM unnest(...) statement (a batch that names
+// one key more than once takes one statement per repetition, in order, so
+// each element keeps Renew's semantics). Invalid elements fail alone with
+// leaseapi.ErrInvalidState and are not sent. If a statement fails, every
+// element it carried gets the same classified error (ambiguous once sent).
+func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	const op = "renew batch"
+	out := make([]leaseapi.RenewResult, len(reqs))
+	if err := ctxErr(ctx, op); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	// Validate, and split repeated keys into later rounds.
+	var rounds [][]int
+	seen := make(map[leaseapi.Key]int, len(reqs)) // key -> rounds it appears in
+	for i, r := range reqs {
+		if err := validArgs(r.Record.Key, r.Record.Owner, r.TTL); err != nil {
+			out[i].Err = leaseapi.Wrap(err, op)
+			continue
+		}
+		if err := r.Record.Check(); err != nil {
+			out[i].Err = leaseapi.Wrap(err, op)
+			continue
+		}
+		if !storable(r.Record.Token) {
+			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+			continue
+		}
+		round := seen[r.Record.Key]
+		seen[r.Record.Key] = round + 1
+		if round == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[round] = append(rounds[round], i)
+	}
+	for _, idx := range rounds {
+		s.renewRound(ctx, op, reqs, idx, out)
+	}
+	return out
+}
+
+// renewRound renews reqs[idx...] (distinct keys) in one statement.
+func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.RenewRequest, idx []int, out []leaseapi.RenewResult) {
+	fail := func(err error) {
+		for _, i := range idx {
+			out[i].Err = err
+		}
+	}
+	if err := ctxErr(ctx, op); err != nil {
+		fail(err)
+		return
+	}
+	keys := make([]string, len(idx))
+	owners := make([]string, len(idx))
+	toks := make([]int64, len(idx))
+	ttls := make([]int64, len(idx))
+	pos := make([]int32, len(idx))
+	for j, i := range idx {
+		r := reqs[i]
+		keys[j], owners[j], toks[j], ttls[j], pos[j] = r.Record.Key.String(), r.Record.Owner, int64(r.Record.Token), r.TTL.Microseconds(), int32(j)
+	}
+	c, err := s.conn(ctx, op)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer c.Release()
+	rows, err := c.Query(ctx, s.q.renewBatch, keys, owners, toks, ttls, pos)
+	if err != nil {
+		fail(leaseapi.Wrap(classify(err, true), op))
+		return
+	}
+	done := make([]bool, len(idx))
+	var (
+		j        int32
+		acq, exp time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&j, &acq, &exp}, func() error {
+		if j < 0 || int(j) >= len(idx) || done[j] {
+			return errors.New("unexpected row")
+		}
+		i := idx[j]
+		rec := reqs[i].Record
+		rec.AcquiredAt, rec.ExpiresAt = acq, exp
+		out[i].Record, done[j] = rec, true
+		return nil
+	})
+	if err != nil {
+		fail(leaseapi.Wrap(classify(err, true), op))
+		for _, i := range idx {
+			out[i].Record = leaseapi.Record{}
+		}
+		return
+	}
+	for jj, i := range idx {
+		if !done[jj] {
+			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+		}
+	}
+}
