@@ -1,7 +1,3 @@
-// Package testserver finds or starts the real servers the backend tests run
-// against: an address from the environment when set, otherwise a private
-// server started from a binary on PATH in a temporary directory on a
-// loopback port. Only tests import it.
 package testserver
 
 import (

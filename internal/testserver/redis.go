@@ -1,0 +1,253 @@
+package testserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// EnvValkeyAddr names the environment variable that points the tests at an
+// existing Valkey or Redis server ("host:port") instead of a private one.
+const EnvValkeyAddr = "LEASE_TEST_VALKEY_ADDR"
+
+// redisStartTimeout bounds the wait for a Redis server to answer PING.
+const redisStartTimeout = 10 * time.Second
+
+// Redis returns the address of a Valkey or Redis server for tests: the value
+// of LEASE_TEST_VALKEY_ADDR when set (stop does nothing; the tests share that
+// server, so they must use their own keys), otherwise a private, throwaway
+// server (no persistence) started with StartRedis. stop shuts the private
+// server down and removes its directory; it is never nil, is idempotent and
+// may be called when err is non-nil. err wraps ErrNoServer when neither the
+// environment nor PATH offers a server.
+func Redis() (addr string, stop func(), err error) {
+	if addr := os.Getenv(EnvValkeyAddr); addr != "" {
+		return addr, func() {}, nil
+	}
+	s, err := StartRedis(RedisOptions{})
+	if err != nil {
+		return "", func() {}, err
+	}
+	return s.Addr(), s.Stop, nil
+}
+
+// RedisOptions configures a server started by StartRedis. The zero value is
+// a throwaway master: no RDB snapshots, no append-only file.
+type RedisOptions struct {
+	// AppendOnly turns the append-only file on, so that Restart (and Kill
+	// followed by Restart) keeps the data written before.
+	AppendOnly bool
+	// AppendFsync is "always", "everysec" or "no"; "" keeps the server's
+	// default (everysec). It matters only with AppendOnly: after Kill, the
+	// writes since the last fsync are lost.
+	AppendFsync string
+	// ReplicaOf is "host:port" of a master to replicate; "" starts a master.
+	ReplicaOf string
+	// Args are extra command-line arguments, e.g. {"--maxmemory", "64mb"};
+	// they come last, so they override the settings above.
+	Args []string
+}
+
+// RedisServer is a private Valkey or Redis server: a child process of the
+// test binary on a loopback port, with its own temporary directory. Its
+// control methods are safe for concurrent use and serialised: Stop waits for
+// a Restart in progress.
+//
+// Lifecycle: StartRedis returns a running server. Kill and Pause leave it
+// down or frozen until Restart or Resume; Stop ends it for good and removes
+// its directory. The process never outlives the test binary (see Stop).
+type RedisServer struct {
+	bin  string   // valkey-server or redis-server
+	dir  string   // working directory: AOF, RDB and the log live here
+	port int      // fixed for the server's life, so Restart keeps the address
+	args []string // command line, fixed at start
+
+	mu      sync.Mutex // guards p and stopped, and serialises the control methods
+	p       *proc      // the running process; nil while down (after Kill)
+	stopped bool       // Stop was called: the directory is gone
+}
+
+// StartRedis starts a private server, preferring valkey-server to
+// redis-server on PATH, and waits (up to 10s) until it answers PING. It
+// returns an error wrapping ErrNoServer when there is no binary, and an error
+// carrying the end of the server's log when it does not come up.
+func StartRedis(opts RedisOptions) (*RedisServer, error) {
+	switch opts.AppendFsync {
+	case "", "always", "everysec", "no":
+	default:
+		return nil, fmt.Errorf("testserver: AppendFsync %q is not always, everysec or no", opts.AppendFsync)
+	}
+	var replicaOf []string
+	if opts.ReplicaOf != "" {
+		host, port, err := net.SplitHostPort(opts.ReplicaOf)
+		if err != nil {
+			return nil, fmt.Errorf("testserver: ReplicaOf: %w", err)
+		}
+		replicaOf = []string{"--replicaof", host, port}
+	}
+	bin, err := FindBinary([]string{"valkey-server", "redis-server"})
+	if err != nil {
+		return nil, fmt.Errorf("testserver: no valkey-server or redis-server on PATH: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "lease-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("testserver: redis dir: %w", err)
+	}
+
+	// A free port can be taken between FreePort and the server's bind:
+	// try a few.
+	var lastErr error
+	for range 3 {
+		port, err := FreePort()
+		if err != nil {
+			lastErr = fmt.Errorf("testserver: free port: %w", err)
+			continue
+		}
+		args := []string{
+			"--port", strconv.Itoa(port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", yesNo(opts.AppendOnly),
+			"--dir", dir,
+			"--daemonize", "no",
+			"--logfile", "",
+		}
+		if opts.AppendFsync != "" {
+			args = append(args, "--appendfsync", opts.AppendFsync)
+		}
+		args = append(args, replicaOf...)
+		args = append(args, opts.Args...)
+		s := &RedisServer{bin: bin, dir: dir, port: port, args: args}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// start launches the process and waits until it answers PING. On failure the
+// process is reaped and s.p stays nil. The caller holds s.mu (or owns s).
+func (s *RedisServer) start() error {
+	p, err := startProc(s.bin, s.args, s.dir, filepath.Join(s.dir, "server.log"), nil, nil)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(redisStartTimeout)
+	for {
+		if p.exited() {
+			return p.exitError(filepath.Base(s.bin))
+		}
+		reply, err := redisDo(s.Addr(), time.Second, "PING")
+		if err == nil && reply == "PONG" {
+			s.p = p
+			return nil
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return fmt.Errorf("testserver: %s did not answer PING within %v (last: %v): %s",
+				filepath.Base(s.bin), redisStartTimeout, err, p.logTail())
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// Addr returns the server's "127.0.0.1:port"; it stays the same across
+// Restart.
+func (s *RedisServer) Addr() string { return Addr(s.port) }
+
+// Dir returns the server's working directory (AOF, RDB, server.log).
+func (s *RedisServer) Dir() string { return s.dir }
+
+// Do sends one command on a fresh connection (bounded by 5s) and returns a
+// simple, bulk or integer reply as text; an error reply is an error. It is a
+// convenience for configuring the server from a test (CONFIG SET, DEBUG
+// SLEEP...), not a client: array replies are not supported.
+func (s *RedisServer) Do(args ...string) (string, error) {
+	return redisDo(s.Addr(), 5*time.Second, args...)
+}
+
+// Stop shuts the server down for good and removes its directory: SIGTERM
+// (which also ends a Pause), SIGKILL to its process group if it has not
+// exited within 10s, then the process is reaped. Idempotent; safe after Kill.
+// A test binary that dies without calling Stop takes the server with it
+// (parent-death signal), but leaves the directory behind.
+func (s *RedisServer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	if s.p != nil {
+		s.p.stop(syscall.SIGTERM)
+		s.p = nil
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// Kill crashes the server: SIGKILL to it and its children, then reaps it. The
+// directory is kept, so Restart recovers what the append-only file holds
+// (with AppendFsync "always", every acknowledged write; with "everysec", all
+// but up to the last second). Idempotent; a no-op after Stop.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p != nil {
+		s.p.kill()
+		s.p = nil
+	}
+}
+
+// Restart shuts a running server down cleanly (SIGTERM, which flushes the
+// append-only file) or takes a killed one as it is, then starts it again on
+// the same port with the same directory and arguments, and waits until it
+// answers PING. It returns an error after Stop or when the server does not
+// come back.
+func (s *RedisServer) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("testserver: restart of a stopped redis server")
+	}
+	if s.p != nil {
+		s.p.stop(syscall.SIGTERM)
+		s.p = nil
+	}
+	return s.start()
+}
+
+// Pause freezes the server and any child it forked (SIGSTOP): connections stay
+// open, the port accepts (the kernel completes handshakes) but nothing is
+// answered, as with a stalled machine. It returns an error when the server
+// is down.
+func (s *RedisServer) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT). Resuming a server that is not
+// paused does nothing; it returns an error when the server is down.
+func (s *RedisServer) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *RedisServer) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return fmt.Errorf("testserver: redis server is down, cannot send %v", sig)
+	}
+	if sig == syscall.SIGSTOP {
+		return s.p.pause()
+	}
+	return s.p.resume()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,196 @@
+package testserver
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// newRedis starts a private server for one test, skipping when the
+// machine has none (unless LEASE_REQUIRE_BACKENDS=1).
+func newRedis(t *testing.T, opts RedisOptions) *RedisServer {
+	t.Helper()
+	s, err := StartRedis(opts)
+	if skip := SkipReason("redis", EnvValkeyAddr, err); skip != "" {
+		t.Skip(skip)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// pidOf returns the running server's pid.
+func (s *RedisServer) pidOf(t *testing.T) int {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		t.Fatal("server is down")
+	}
+	return s.p.pid()
+}
+
+// gone reports whether no process has pid (it was reaped, not left a zombie).
+func gone(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err != nil
+}
+
+func TestRedisFromEnvironment(t *testing.T) {
+	t.Setenv(EnvValkeyAddr, "192.0.2.1:6379")
+	addr, stop, err := Redis()
+	if err != nil || addr != "192.0.2.1:6379" {
+		t.Fatalf("Redis() = %q, %v; want the environment's address", addr, err)
+	}
+	stop()
+}
+
+func TestRedisPrivate(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(EnvValkeyAddr) != "" {
+		t.Skip(EnvValkeyAddr + " is set: Redis returns it")
+	}
+	addr, stop, err := Redis()
+	if skip := SkipReason("redis", EnvValkeyAddr, err); skip != "" {
+		t.Skip(skip)
+	}
+	defer stop()
+	if got, err := redisDo(addr, 5*time.Second, "SET", "k", "v"); err != nil || got != "OK" {
+		t.Fatalf("SET = %q, %v; want OK", got, err)
+	}
+	if got, err := redisDo(addr, 5*time.Second, "GET", "k"); err != nil || got != "v" {
+		t.Fatalf("GET = %q, %v; want v", got, err)
+	}
+	stop()
+	stop() // idempotent
+	if _, err := redisDo(addr, time.Second, "PING"); err == nil {
+		t.Fatal("PING after stop succeeded")
+	}
+}
+
+func TestRedisStopReapsAndRemovesDir(t *testing.T) {
+	t.Parallel()
+	s := newRedis(t, RedisOptions{})
+	pid := s.pidOf(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop() // must also end a paused server
+	if !gone(pid) {
+		t.Errorf("process %d still exists after Stop", pid)
+	}
+	if _, err := os.Stat(s.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("dir after Stop: %v; want it removed", err)
+	}
+	if err := s.Restart(); err == nil {
+		t.Error("Restart after Stop succeeded")
+	}
+	if err := s.Pause(); err == nil {
+		t.Error("Pause after Stop succeeded")
+	}
+}
+
+func TestRedisKillRestartKeepsAppendOnlyData(t *testing.T) {
+	t.Parallel()
+	s := newRedis(t, RedisOptions{AppendOnly: true, AppendFsync: "always"})
+	if _, err := s.Do("SET", "token", "41"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Do("INCR", "token"); err != nil || got != "42" {
+		t.Fatalf("INCR = %q, %v; want 42", got, err)
+	}
+	pid := s.pidOf(t)
+	s.Kill()
+	s.Kill() // idempotent
+	if !gone(pid) {
+		t.Errorf("process %d still exists after Kill", pid)
+	}
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING after Kill succeeded")
+	}
+	if err := s.Pause(); err == nil {
+		t.Error("Pause of a killed server succeeded")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Do("GET", "token"); err != nil || got != "42" {
+		t.Fatalf("GET after Kill+Restart = %q, %v; want 42", got, err)
+	}
+	// A clean restart of a running server keeps it too.
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Do("GET", "token"); err != nil || got != "42" {
+		t.Fatalf("GET after Restart = %q, %v; want 42", got, err)
+	}
+}
+
+func TestRedisWithoutPersistenceForgetsOnRestart(t *testing.T) {
+	t.Parallel()
+	s := newRedis(t, RedisOptions{})
+	if _, err := s.Do("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Do("GET", "k"); !errors.Is(err, errRedisNil) {
+		t.Fatalf("GET after Restart = %q, %v; want nil reply", got, err)
+	}
+}
+
+func TestRedisPauseResume(t *testing.T) {
+	t.Parallel()
+	s := newRedis(t, RedisOptions{})
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := redisDo(s.Addr(), 300*time.Millisecond, "PING")
+	var ne interface{ Timeout() bool }
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("PING to a paused server: %v; want a timeout", err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Do("PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING after Resume = %q, %v; want PONG", got, err)
+	}
+	if err := s.Resume(); err != nil { // resuming a running server is harmless
+		t.Fatal(err)
+	}
+}
+
+func TestRedisReplica(t *testing.T) {
+	t.Parallel()
+	master := newRedis(t, RedisOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	replica := newRedis(t, RedisOptions{ReplicaOf: master.Addr()})
+	if _, err := master.Do("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := replica.Do("GET", "k")
+		if err == nil && got == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica GET = %q, %v after 10s; want v", got, err)
+		}
+		time.Sleep(pollEvery) // bounded poll for replication, not ordering goroutines
+	}
+	if _, err := replica.Do("SET", "k", "w"); err == nil {
+		t.Error("SET on a replica succeeded")
+	}
+}
+
+func TestStartRedisRejectsBadOptions(t *testing.T) {
+	if _, err := StartRedis(RedisOptions{AppendFsync: "sometimes"}); err == nil {
+		t.Error("AppendFsync sometimes accepted")
+	}
+	if _, err := StartRedis(RedisOptions{ReplicaOf: "nohostport"}); err == nil {
+		t.Error("ReplicaOf without a port accepted")
+	}
+}
