@@ -1,0 +1,198 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// TryAcquire makes one attempt to acquire key under policy p and returns a
+// handle in StateActive, or an error matching:
+//   - ErrContended: another owner holds the key;
+//   - ErrAmbiguousOutcome: the backend may have granted the lease but the
+//     reply was lost and could not be resolved by inspection (the orphaned
+//     grant, if any, expires at its TTL and is never handed out blind);
+//   - ErrBackendUnavailable: the backend could not be asked;
+//   - ErrCanceled / ErrTimeout: ctx ended (also matching ctx's error);
+//   - ErrCapacity: MaxWaiters calls are already in flight;
+//   - ErrInvalidState: bad input (zero key or policy, nil ctx), or the
+//     client is closed.
+//
+// p.Wait, p.Retry and p.MaxAttempts are ignored. ctx bounds the call; each
+// backend call is also bounded by p.OperationTimeout.
+func (c *Client) TryAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
+	return c.acquire(ctx, key, p, false)
+}
+
+// Acquire acquires key under policy p, retrying while the key is contended
+// or the backend is unavailable: it pauses p.Retry plus up to p.Jitter
+// between attempts (waking early when the backend reports a release), for
+// at most p.Wait in all and p.MaxAttempts attempts. It returns a handle in
+// StateActive, or an error matching ErrTimeout when Wait ran out,
+// ErrContended (or the last attempt's kind) when MaxAttempts ran out first,
+// ErrCanceled/ErrTimeout (also matching the context error) when ctx ended,
+// and otherwise as [Client.TryAcquire]. With p.Wait zero it makes one
+// attempt. Close aborts a waiting Acquire with ErrInvalidState.
+func (c *Client) Acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
+	return c.acquire(ctx, key, p, true)
+}
+
+func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
+	const op = "acquire"
+	switch {
+	case ctx == nil:
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	case key.IsZero():
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "zero key")
+	case p.Check() != nil:
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "zero policy")
+	}
+	if c.isClosed() {
+		return nil, errClosed(op)
+	}
+	if c.waiters.Add(1) > c.maxWaiters {
+		c.waiters.Add(-1)
+		return nil, leaseapi.NewError(op, leaseapi.ErrCapacity, "max waiters")
+	}
+	defer c.waiters.Add(-1)
+
+	if !wait || p.Wait() == 0 {
+		return c.attempt(ctx, key, p)
+	}
+
+	// A waiting acquisition also ends when the client closes.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopOnClose := context.AfterFunc(c.life, cancel)
+	defer stopOnClose()
+
+	var wake <-chan struct{}
+	if c.watcher != nil {
+		ch, stop := c.watcher.WatchRelease(key)
+		defer stop()
+		wake = ch
+	}
+	end := c.clk.Now().Add(p.Wait())
+	for attempt := 1; ; attempt++ {
+		h, err := c.attempt(ctx, key, p)
+		if err == nil || !retryable(err) {
+			return h, c.closedOr(err, op)
+		}
+		if attempt >= p.MaxAttempts() {
+			return nil, err
+		}
+		remaining := end.Sub(c.clk.Now())
+		if remaining <= 0 {
+			return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "wait exhausted")
+		}
+		pause := min(p.Retry()+c.retry.Jitter(p.Jitter()), remaining)
+		if err := c.sleeper.Sleep(ctx, pause, wake); err != nil {
+			return nil, c.closedOr(leaseapi.ContextError(op, err), op)
+		}
+	}
+}
+
+// retryable reports whether another attempt may succeed.
+func retryable(err error) bool {
+	switch leaseapi.Kind(err) {
+	case leaseapi.ErrContended, leaseapi.ErrBackendUnavailable, leaseapi.ErrAmbiguousOutcome:
+		return true
+	}
+	return false
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// closedOr replaces err by "client closed" when the client closed under it.
+func (c *Client) closedOr(err error, op string) error {
+	if err != nil && c.life.Err() != nil {
+		return errClosed(op)
+	}
+	return err
+}
+
+func errClosed(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "client closed")
+}
+
+// attempt makes one acquisition: a fresh owner id, one backend call
+// anchored at its send time, and, if the reply was lost, one inspection to
+// adopt the grant the call may have made.
+func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
+	const op = "acquire"
+	owner, err := c.owners.NewOwner()
+	if err != nil {
+		return nil, leaseapi.Wrap(err, op)
+	}
+	sentAt := c.clk.Now()
+	octx, cancel := c.clk.WithTimeout(ctx, p.OperationTimeout())
+	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
+	cancel()
+	if err != nil {
+		if leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
+			if ctx.Err() != nil {
+				return nil, leaseapi.ContextError(op, ctx.Err())
+			}
+			return nil, leaseapi.Wrap(err, op)
+		}
+		rec, err = c.resolve(ctx, key, owner, p)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if rec.Key != key || rec.Owner != owner || rec.Token == 0 {
+		// A backend that answers for another grant is broken: fail closed.
+		c.releaseQuietly(rec, p)
+		return nil, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "backend returned another grant")
+	}
+	if !c.clk.Now().Before(rec.SafeDeadline(sentAt, p)) {
+		c.releaseQuietly(rec, p)
+		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
+	}
+	s, ok := c.register(p, rec, sentAt)
+	if !ok {
+		c.releaseQuietly(rec, p)
+		return nil, errClosed(op)
+	}
+	return &Handle{c: c, s: s, key: key, owner: owner, token: rec.Token, acquiredAt: rec.AcquiredAt}, nil
+}
+
+// resolve settles an acquisition whose reply was lost by reading the key:
+// if our owner id holds it, the grant is adopted, anchored at the original
+// send time (the grant cannot have started before it). If another owner
+// or nobody holds it, nothing of ours is live. If the key cannot be read,
+// the outcome stays ambiguous; an orphan then expires at its TTL.
+func (c *Client) resolve(ctx context.Context, key leaseapi.Key, owner string, p leaseapi.Policy) (leaseapi.Record, error) {
+	const op = "acquire"
+	ambiguous := leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "")
+	if c.inspector == nil {
+		return leaseapi.Record{}, ambiguous
+	}
+	ictx, cancel := c.clk.WithTimeout(ctx, p.OperationTimeout())
+	defer cancel()
+	rec, held, err := c.inspector.Inspect(ictx, key)
+	switch {
+	case err != nil:
+		return leaseapi.Record{}, ambiguous
+	case held && rec.Owner == owner:
+		return rec, nil
+	case held:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	}
+	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "acquire not applied")
+}
+
+// releaseQuietly gives back a grant this client will not use, best effort,
+// bounded by the operation timeout.
+func (c *Client) releaseQuietly(rec leaseapi.Record, p leaseapi.Policy) {
+	if rec.Check() != nil {
+		return
+	}
+	ctx, cancel := c.clk.WithTimeout(context.Background(), p.OperationTimeout())
+	defer cancel()
+	_ = c.b.Release(ctx, rec)
+}

@@ -1,0 +1,253 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/supervisor"
+)
+
+// Client bounds.
+const (
+	// MaxClientWaiters is the largest ClientOptions.MaxWaiters.
+	MaxClientWaiters = 1_000_000
+	// MaxClientManaged is the largest ClientOptions.MaxManaged.
+	MaxClientManaged = 100_000
+	// DefaultMaxWaiters is MaxWaiters when zero.
+	DefaultMaxWaiters = 10_000
+	// DefaultMaxManaged is MaxManaged when zero.
+	DefaultMaxManaged = 10_000
+)
+
+// ClientOptions configures a [Client]. The zero value is valid: the real
+// clock, crypto/rand owner ids, the clock-driven sleeper, math/rand jitter
+// and the default bounds.
+type ClientOptions struct {
+	// Clock drives deadlines, renewal and retries. Nil is the real clock.
+	Clock clock.Clock
+	// Owners makes a fresh owner id for every acquisition attempt.
+	Owners leaseapi.OwnerSource
+	// Sleeper pauses between acquisition attempts. Nil sleeps on Clock.
+	Sleeper leaseapi.Sleeper
+	// Retry draws retry jitter.
+	Retry leaseapi.RetrySource
+	// MaxWaiters bounds Acquire/TryAcquire calls in flight (0: 10,000; at
+	// most MaxClientWaiters). One more fails fast with ErrCapacity.
+	MaxWaiters int
+	// MaxManaged bounds handles under managed renewal (0: 10,000; at most
+	// MaxClientManaged). One more StartManaged fails with ErrCapacity.
+	MaxManaged int
+}
+
+// Client acquires leases on one backend and owns the supervisors of the
+// leases it holds. It is safe for concurrent use by multiple goroutines.
+// The library is stateless beyond the backend: any number of Clients, in
+// any number of processes, may share a backend.
+type Client struct {
+	b         leaseapi.Backend
+	inspector leaseapi.Inspector     // nil if the backend cannot inspect
+	watcher   leaseapi.ReleaseWatcher // nil if the backend cannot notify
+	clk       clock.Clock
+	owners    leaseapi.OwnerSource
+	sleeper   leaseapi.Sleeper
+	retry     leaseapi.RetrySource
+
+	maxWaiters int64
+	waiters    atomic.Int64
+	managed    gate
+
+	// life is canceled when Close starts: it aborts in-flight supervisor
+	// calls and acquisition waits.
+	life       context.Context
+	cancelLife context.CancelFunc
+
+	// mu guards sups and closed. No channel operation happens under it.
+	mu     sync.Mutex
+	sups   map[*supervisor.Supervisor]struct{}
+	closed bool
+	// drained is closed once Close has started and the last supervisor has
+	// exited.
+	drained   chan struct{}
+	closeOnce sync.Once
+}
+
+// NewClient returns a Client for backend b. It does no I/O and starts no
+// goroutine. A nil backend or out-of-range bounds are ErrInvalidState.
+func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
+	const op = "new client"
+	if b == nil {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil backend")
+	}
+	if o.MaxWaiters < 0 || o.MaxWaiters > MaxClientWaiters {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max waiters out of range")
+	}
+	if o.MaxManaged < 0 || o.MaxManaged > MaxClientManaged {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max managed out of range")
+	}
+	c := &Client{
+		b:       b,
+		clk:     o.Clock,
+		owners:  o.Owners,
+		sleeper: o.Sleeper,
+		retry:   o.Retry,
+		sups:    make(map[*supervisor.Supervisor]struct{}),
+		drained: make(chan struct{}),
+	}
+	c.inspector, _ = b.(leaseapi.Inspector)
+	c.watcher, _ = b.(leaseapi.ReleaseWatcher)
+	if c.clk == nil {
+		c.clk = clock.New()
+	}
+	if c.owners == nil {
+		c.owners = leaseapi.RandomOwners{}
+	}
+	if c.sleeper == nil {
+		c.sleeper = clockSleeper{c.clk}
+	}
+	if c.retry == nil {
+		c.retry = leaseapi.RandomJitter{}
+	}
+	c.maxWaiters = int64(cmpOr(o.MaxWaiters, DefaultMaxWaiters))
+	c.managed.max = int64(cmpOr(o.MaxManaged, DefaultMaxManaged))
+	c.life, c.cancelLife = context.WithCancel(context.Background())
+	return c, nil
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Managed returns how many handles are under managed renewal now.
+func (c *Client) Managed() int { return int(c.managed.n.Load()) }
+
+// Held returns how many handles of this client have a live supervisor.
+func (c *Client) Held() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.sups)
+}
+
+// register starts the supervisor of a fresh grant unless the client is
+// closed (then it reports false and starts nothing).
+func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt time.Time) (*supervisor.Supervisor, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, false
+	}
+	s := supervisor.Start(supervisor.Config{
+		Backend: c.b,
+		Clock:   c.clk,
+		Policy:  p,
+		Record:  rec,
+		SentAt:  sentAt,
+		Life:    c.life,
+		Managed: &c.managed,
+		OnExit:  c.unregister,
+	})
+	c.sups[s] = struct{}{}
+	return s, true
+}
+
+// unregister runs on a supervisor's goroutine as it exits.
+func (c *Client) unregister(s *supervisor.Supervisor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.sups, s)
+	if c.closed && len(c.sups) == 0 {
+		c.closeDrained()
+	}
+}
+
+// closeDrained closes drained once; called with mu held.
+func (c *Client) closeDrained() {
+	select {
+	case <-c.drained:
+	default:
+		close(c.drained)
+	}
+}
+
+// Close shuts the client down, like http.Server.Shutdown: it refuses new
+// acquisitions (they fail with ErrInvalidState), aborts acquisition waits
+// and in-flight renewals, releases every lease the client still holds
+// (compare-and-release, best effort within ctx and each policy's
+// OperationTimeout) so that other owners can take them at once, and waits
+// until every supervisor has exited. After Close returns, no handle of this
+// client reports Active and no goroutine the client started is alive.
+//
+// If ctx ends first, the remaining releases are abandoned (those leases end
+// at their TTL), Close still waits for the supervisors to exit (promptly:
+// their calls are canceled) and returns an error matching ErrTimeout or
+// ErrCanceled. Close is idempotent: later calls wait for the same shutdown.
+func (c *Client) Close(ctx context.Context) error {
+	if ctx == nil {
+		return leaseapi.NewError("close", leaseapi.ErrInvalidState, "nil context")
+	}
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		sups := make([]*supervisor.Supervisor, 0, len(c.sups))
+		for s := range c.sups {
+			sups = append(sups, s)
+		}
+		if len(c.sups) == 0 {
+			c.closeDrained()
+		}
+		c.mu.Unlock()
+		c.cancelLife()
+		for _, s := range sups {
+			s.Close(ctx)
+		}
+	})
+	select {
+	case <-c.drained:
+		return nil
+	case <-ctx.Done():
+		<-c.drained // supervisors' releases use ctx: they exit promptly now
+		return leaseapi.ContextError("close", ctx.Err())
+	}
+}
+
+// gate is the MaxManaged bound: a counter that refuses to pass max.
+type gate struct {
+	n   atomic.Int64
+	max int64
+}
+
+func (g *gate) Enter() bool {
+	if g.n.Add(1) > g.max {
+		g.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (g *gate) Leave() { g.n.Add(-1) }
+
+// clockSleeper is the default Sleeper: a timer on the client's clock.
+type clockSleeper struct{ clk clock.Clock }
+
+func (s clockSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := s.clk.Timer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,133 @@
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/supervisor"
+)
+
+// Handle is a held lease. It is a message handle to the lease's supervisor
+// goroutine, which alone changes the lease's state; the read methods
+// (Key, Owner, Token, AcquiredAt, Deadline, State, Snapshot, Done) never
+// block and do no I/O. A Handle is safe for concurrent use by multiple
+// goroutines. After the lease reaches a terminal state (or the client is
+// closed) every method answers from the final state: it fails closed, never
+// blocks and never panics.
+type Handle struct {
+	c          *Client
+	s          *supervisor.Supervisor
+	key        leaseapi.Key
+	owner      string
+	token      leaseapi.Token
+	acquiredAt time.Time
+}
+
+// Key returns the lease's key.
+func (h *Handle) Key() leaseapi.Key { return h.key }
+
+// Owner returns the owner id of this acquisition.
+func (h *Handle) Owner() string { return h.owner }
+
+// Token returns the fencing token: pass it with every protected write.
+func (h *Handle) Token() leaseapi.Token { return h.token }
+
+// AcquiredAt returns the backend time of the acquisition.
+func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
+
+// Deadline returns the local instant from which the holder must not act:
+// the send time of the request that granted or last renewed the lease, plus
+// the TTL, minus the safety margin.
+func (h *Handle) Deadline() time.Time { return h.s.View().Deadline }
+
+// State returns the lease's state now. Only StateActive admits protected
+// work; it is never reported at or after Deadline, even before the
+// supervisor has noticed the deadline.
+func (h *Handle) State() leaseapi.State { return h.s.State(h.c.clk.Now()) }
+
+// Done returns a channel closed when the lease has reached a terminal state
+// and its supervisor has exited (like etcd's Session.Done).
+func (h *Handle) Done() <-chan struct{} { return h.s.Done() }
+
+// Snapshot is a consistent view of a handle.
+type Snapshot struct {
+	// Record is the latest grant (acquisition or renewal), backend times.
+	Record leaseapi.Record
+	// State is the state now (see [Handle.State]).
+	State leaseapi.State
+	// Deadline is the local admission deadline.
+	Deadline time.Time
+	// Managed reports whether managed renewal is on.
+	Managed bool
+	// Err is why the lease is Uncertain or terminal; nil otherwise.
+	Err error
+}
+
+// Snapshot returns the handle's current view in one consistent read.
+func (h *Handle) Snapshot() Snapshot {
+	v := h.s.View()
+	return Snapshot{Record: v.Record, State: h.s.State(h.c.clk.Now()), Deadline: v.Deadline, Managed: v.Managed, Err: v.Err}
+}
+
+// Renew extends the lease now (compare owner and token, one backend call
+// bounded by the policy's OperationTimeout). ctx bounds only the wait: the
+// outcome is applied to the handle even if ctx ends first. Errors:
+// ErrStaleOwner (the lease is gone: StateLost), ErrAmbiguousOutcome or
+// ErrBackendUnavailable (StateUncertain until a later success before the
+// deadline), ErrLost (the handle is Expired or Lost), ErrInvalidState
+// (released), ErrCanceled/ErrTimeout (ctx ended).
+func (h *Handle) Renew(ctx context.Context) error { return h.s.Renew(ctx) }
+
+// Validate confirms with the backend that the lease is still this grant,
+// without extending it. Success restores StateActive from StateUncertain
+// if the deadline has not passed. Errors as [Handle.Renew].
+func (h *Handle) Validate(ctx context.Context) error { return h.s.Validate(ctx) }
+
+// Release gives the lease back (compare owner and token). It is idempotent:
+// once a release succeeded, later calls return nil. A release that may or
+// may not have been applied is ErrAmbiguousOutcome and leaves the handle
+// Uncertain: call Release again. ErrStaleOwner means another grant replaced
+// this one (nothing was released). On an Expired or Lost handle it returns
+// ErrLost without I/O; the backend frees the key within the safety margin.
+// It does not stop managed renewal's Loss channel from closing: a released
+// managed lease closes it without a value.
+func (h *Handle) Release(ctx context.Context) error { return h.s.Release(ctx) }
+
+// StartManaged starts managed renewal: the supervisor renews every
+// RenewEvery (measured from the last successful renewal's send time) and
+// retries failures every Retry (or RenewEvery/4) until the deadline. A
+// terminal failure is delivered once on the returned Managed's Loss
+// channel. Errors: ErrInvalidState for a second call on one handle (even
+// after Stop) or a released handle, ErrLost for an Expired or Lost handle,
+// ErrCapacity when MaxManaged handles are already managed, ErrCanceled/
+// ErrTimeout if ctx ended (renewal may then have started: Release ends it).
+func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
+	loss, err := h.s.StartManaged(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Managed{s: h.s, loss: loss}, nil
+}
+
+// Loss reports the end of a managed lease that its holder did not release
+// or stop: the terminal state (Expired: renewals kept failing until the
+// deadline; Lost: another grant replaced it, or the client closed), the
+// local time, and an error matching ErrLost or ErrStaleOwner.
+type Loss = supervisor.Loss
+
+// Managed is managed renewal of one handle. It is safe for concurrent use.
+type Managed struct {
+	s    *supervisor.Supervisor
+	loss <-chan Loss
+}
+
+// Loss returns a channel that yields at most one Loss and is then closed.
+// It is closed without a value after Stop or a successful Release.
+func (m *Managed) Loss() <-chan Loss { return m.loss }
+
+// Stop stops renewal and waits for the supervisor to confirm; it never
+// releases (call Handle.Release for that). The lease then lasts until its
+// deadline unless renewed by hand. Idempotent; nil once the lease has ended.
+// ctx bounds the wait (ErrCanceled/ErrTimeout).
+func (m *Managed) Stop(ctx context.Context) error { return m.s.StopManaged(ctx) }

@@ -1,0 +1,247 @@
+package supervisor
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/mailbox"
+)
+
+// View is an immutable snapshot of a lease as its supervisor last published
+// it. Readers get a pointer to a View that is never modified again.
+type View struct {
+	// Record is the latest grant: acquisition or latest renewal.
+	Record leaseapi.Record
+	// AcquiredAt is the backend time of the original acquisition.
+	AcquiredAt time.Time
+	// State as of the last step. [Supervisor.State] also reports Expired
+	// once the clock passes Deadline, before the actor has noticed.
+	State leaseapi.State
+	// SentAt is the local instant the request that granted or last renewed
+	// the lease was sent: the anchor of Deadline.
+	SentAt time.Time
+	// Deadline is the local instant from which admission is denied:
+	// SentAt + min(TTL, granted TTL) - SafetyMargin.
+	Deadline time.Time
+	// Managed reports whether managed renewal is on.
+	Managed bool
+	// Err is why the lease is Uncertain or terminal (nil when Active or
+	// Released); it matches exactly one sentinel.
+	Err error
+}
+
+// Loss reports the end of a managed lease that was not released by its
+// holder: the state it ended in (Expired or Lost), when (local time) and why.
+type Loss struct {
+	At    time.Time
+	State leaseapi.State
+	Err   error
+}
+
+// Gate bounds how many supervisors may run managed renewal at once. Enter
+// reports whether a slot was taken (false fails StartManaged fast with
+// ErrCapacity); Leave gives one back. The supervisor calls Leave exactly
+// once for every successful Enter.
+type Gate interface {
+	Enter() bool
+	Leave()
+}
+
+// Config starts a supervisor for one freshly granted lease.
+type Config struct {
+	Backend leaseapi.Backend
+	Clock   clock.Clock
+	Policy  leaseapi.Policy
+	// Record is the grant; SentAt the local instant its request was sent.
+	Record leaseapi.Record
+	SentAt time.Time
+	// Life bounds every backend call of the supervisor except the release
+	// on Close: canceling it aborts an in-flight renewal (the client cancels
+	// it when it starts closing).
+	Life context.Context
+	// Managed bounds managed renewal; nil means unbounded.
+	Managed Gate
+	// OnExit, if set, is called once from the supervisor goroutine after
+	// the final view is published and Done is closed.
+	OnExit func(*Supervisor)
+}
+
+type request uint8
+
+const (
+	reqRenew request = iota + 1
+	reqValidate
+	reqRelease
+	reqStartManaged
+	reqStopManaged
+)
+
+type reply struct {
+	err  error
+	loss <-chan Loss // set by a successful reqStartManaged
+}
+
+type call = mailbox.Call[request, reply]
+
+// inboxSize bounds queued requests per lease; senders wait (honouring ctx)
+// when it is full.
+const inboxSize = 4
+
+// Supervisor owns one held lease: it is the only writer of the lease's
+// view, runs its timers and performs its backend calls, one at a time. Its
+// methods are safe for concurrent use by multiple goroutines; the read
+// methods never block.
+type Supervisor struct {
+	cfg Config
+
+	// view is written only by the actor goroutine; everyone reads it.
+	view atomic.Pointer[View]
+
+	// inbox carries requests from callers to the actor.
+	inbox *mailbox.Mailbox[call]
+	// closing carries the client's Close context to the actor. Buffer 1:
+	// the client sends at most once (closeOnce guards it) without blocking.
+	closing chan context.Context
+	// done is closed by the actor when it exits, after the final view.
+	done chan struct{}
+
+	// Actor-owned state below: touched only by the run goroutine.
+	deadline     *clock.Timer
+	renew        *clock.Timer // nil until managed renewal starts
+	loss         chan Loss    // buffer 1: at most one Loss, then closed
+	everManaged  bool
+	nextRenewDue time.Time
+}
+
+// Start spawns the supervisor goroutine for cfg.Record and returns at once.
+// The goroutine exits when the lease reaches a terminal state (Released,
+// Lost, Expired) or after [Supervisor.Close]; Done is closed then.
+func Start(cfg Config) *Supervisor {
+	if cfg.Life == nil {
+		cfg.Life = context.Background()
+	}
+	s := &Supervisor{
+		cfg:     cfg,
+		inbox:   mailbox.New[call](inboxSize),
+		closing: make(chan context.Context, 1),
+		done:    make(chan struct{}),
+	}
+	v := &View{
+		Record:     cfg.Record,
+		AcquiredAt: cfg.Record.AcquiredAt,
+		State:      leaseapi.StateActive,
+		SentAt:     cfg.SentAt,
+		Deadline:   cfg.Record.SafeDeadline(cfg.SentAt, cfg.Policy),
+	}
+	s.view.Store(v)
+	s.deadline = cfg.Clock.Timer(cfg.Clock.Until(v.Deadline))
+	go s.run()
+	return s
+}
+
+// View returns the last published view (never nil). It never blocks.
+func (s *Supervisor) View() *View { return s.view.Load() }
+
+// State returns the lease's state at the local instant now: the published
+// state, except that Active and Uncertain read as Expired from the deadline
+// on, before the actor has processed its timer. It never blocks or does I/O.
+func (s *Supervisor) State(now time.Time) leaseapi.State {
+	v := s.view.Load()
+	if !v.State.Terminal() && !now.Before(v.Deadline) {
+		return leaseapi.StateExpired
+	}
+	return v.State
+}
+
+// Done returns a channel closed when the supervisor goroutine has exited.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
+// Renew asks the actor to renew the lease now and waits for the outcome.
+// ctx bounds only the wait; the backend call is bounded by the policy's
+// OperationTimeout and its outcome is applied even if ctx ends first.
+func (s *Supervisor) Renew(ctx context.Context) error { return s.ask(ctx, reqRenew, "renew").err }
+
+// Validate asks the actor to confirm the lease with the backend. Success
+// restores Active from Uncertain (before the deadline) without extending it.
+func (s *Supervisor) Validate(ctx context.Context) error {
+	return s.ask(ctx, reqValidate, "validate").err
+}
+
+// Release asks the actor to release the lease (compare-and-release).
+// Idempotent: after a successful release it returns nil.
+func (s *Supervisor) Release(ctx context.Context) error {
+	return s.ask(ctx, reqRelease, "release").err
+}
+
+// StartManaged turns on managed renewal and returns the loss channel: it
+// yields at most one Loss and is then closed (without a value on a clean
+// stop or release). A second call is ErrInvalidState; a full Gate is
+// ErrCapacity.
+func (s *Supervisor) StartManaged(ctx context.Context) (<-chan Loss, error) {
+	r := s.ask(ctx, reqStartManaged, "start managed")
+	return r.loss, r.err
+}
+
+// StopManaged turns managed renewal off and closes the loss channel without
+// a value. It never releases. Idempotent; nil after the supervisor exited.
+func (s *Supervisor) StopManaged(ctx context.Context) error {
+	return s.ask(ctx, reqStopManaged, "stop managed").err
+}
+
+// Close makes the actor release the lease best effort within ctx (and the
+// policy's OperationTimeout), publish a terminal view and exit. It does not
+// wait: use Done. Only the first Close counts; later ones do nothing.
+func (s *Supervisor) Close(ctx context.Context) {
+	select {
+	case s.closing <- ctx:
+	default:
+	}
+}
+
+// ask is the caller side of every request: send, wait, and answer from the
+// final view when the actor has exited.
+func (s *Supervisor) ask(ctx context.Context, r request, op string) reply {
+	if ctx == nil {
+		return reply{err: leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")}
+	}
+	rep, err := mailbox.Request(ctx, s.inbox, s.done, r)
+	switch {
+	case err == nil:
+		return rep
+	case err == mailbox.ErrClosed:
+		return s.finalReply(r)
+	}
+	return reply{err: leaseapi.ContextError(op, err)}
+}
+
+// finalReply answers a request after the actor has exited, from the final
+// view: never blocks, never panics, fails closed.
+func (s *Supervisor) finalReply(r request) reply {
+	st := s.view.Load().State
+	switch r {
+	case reqStopManaged:
+		return reply{}
+	case reqStartManaged:
+		if st == leaseapi.StateReleased {
+			return reply{err: leaseapi.NewError("start managed", leaseapi.ErrInvalidState, "lease released")}
+		}
+		return reply{err: leaseapi.NewError("start managed", leaseapi.ErrLost, "")}
+	}
+	return reply{err: terminalReply(st, toEvent(r))}
+}
+
+func toEvent(r request) event {
+	switch r {
+	case reqRenew:
+		return evRenew
+	case reqValidate:
+		return evValidate
+	case reqRelease:
+		return evRelease
+	}
+	return 0
+}

@@ -1,0 +1,166 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// event is what a step of the actor reacts to.
+type event uint8
+
+const (
+	evRenew    event = iota + 1 // a Renew request or a managed renewal tick
+	evValidate                  // a Validate request
+	evRelease                   // a Release request
+	evDeadline                  // the deadline timer fired
+	evClose                     // the client is closing (after its best-effort release)
+)
+
+func (e event) String() string {
+	switch e {
+	case evRenew:
+		return "renew"
+	case evValidate:
+		return "validate"
+	case evRelease:
+		return "release"
+	case evDeadline:
+		return "deadline"
+	case evClose:
+		return "close"
+	}
+	return "unknown"
+}
+
+// outcome is the result of the step's backend call, if any.
+type outcome struct {
+	called bool            // a backend call was made
+	sentAt time.Time       // local clock read before the call was sent
+	rec    leaseapi.Record // the renewed record (evRenew, success)
+	err    error           // the classified backend error
+}
+
+// plan decides, without I/O, whether event ev on view v needs a backend
+// call at local time now. When it does not, reply is the answer to give.
+func plan(v View, ev event, now time.Time) (call bool, reply error) {
+	if v.State.Terminal() {
+		return false, terminalReply(v.State, ev)
+	}
+	switch ev {
+	case evRenew, evValidate:
+		if !now.Before(v.Deadline) {
+			return false, errExpired(ev)
+		}
+		return true, nil
+	case evRelease, evClose:
+		// Releasing past the deadline still hands the key over sooner than
+		// waiting for the backend's expiry.
+		return true, nil
+	}
+	return false, nil
+}
+
+// transition is the whole lease state machine of DESIGN §1: given the view,
+// the event, the backend outcome, the local time after the call and the
+// policy, it returns the next view and the reply for the requester. It
+// reads no clock, does no I/O and touches no channel.
+func transition(v View, ev event, out outcome, now time.Time, p leaseapi.Policy) (View, error) {
+	if v.State.Terminal() {
+		return v, terminalReply(v.State, ev)
+	}
+	next := v
+	switch ev {
+	case evDeadline:
+		if now.Before(v.Deadline) {
+			return v, nil // a stale timer: the deadline moved on
+		}
+		return expire(v), nil
+
+	case evRenew, evValidate:
+		if !out.called {
+			if !now.Before(v.Deadline) {
+				return expire(v), errExpired(ev)
+			}
+			return v, nil
+		}
+		if out.err == nil {
+			if ev == evRenew {
+				next.Record = out.rec
+				next.SentAt = out.sentAt
+				next.Deadline = out.rec.SafeDeadline(out.sentAt, p)
+			}
+			if !now.Before(next.Deadline) {
+				return expire(next), errExpired(ev)
+			}
+			next.State = leaseapi.StateActive
+			next.Err = nil
+			return next, nil
+		}
+		return failed(v, out.err, now)
+
+	case evRelease:
+		switch {
+		case out.err == nil:
+			next.State = leaseapi.StateReleased
+			next.Err = nil
+			return next, nil
+		case !now.Before(v.Deadline) && !isStale(out.err):
+			return expire(v), out.err
+		}
+		return failed(v, out.err, now)
+
+	case evClose:
+		if out.called && out.err == nil {
+			next.State = leaseapi.StateReleased
+			next.Err = nil
+			return next, nil
+		}
+		next.State = leaseapi.StateLost
+		next.Err = leaseapi.NewError("close", leaseapi.ErrLost, "client closed")
+		return next, nil
+	}
+	return v, nil
+}
+
+// failed applies an operation failure: a stale owner is proof of loss;
+// anything else is fail-closed uncertainty until the deadline.
+func failed(v View, err error, now time.Time) (View, error) {
+	next := v
+	switch {
+	case isStale(err):
+		next.State = leaseapi.StateLost
+		next.Err = err
+	case !now.Before(v.Deadline):
+		next = expire(v)
+	default:
+		next.State = leaseapi.StateUncertain
+		next.Err = err
+	}
+	return next, err
+}
+
+func expire(v View) View {
+	v.State = leaseapi.StateExpired
+	v.Err = leaseapi.NewError("deadline", leaseapi.ErrLost, "deadline passed")
+	return v
+}
+
+func isStale(err error) bool { return leaseapi.Kind(err) == leaseapi.ErrStaleOwner }
+
+func errExpired(ev event) error {
+	return leaseapi.NewError(ev.String(), leaseapi.ErrLost, "deadline passed")
+}
+
+// terminalReply answers an event on a handle in terminal state s.
+func terminalReply(s leaseapi.State, ev event) error {
+	switch {
+	case ev == evDeadline || ev == evClose:
+		return nil
+	case s == leaseapi.StateReleased && ev == evRelease:
+		return nil // Release is idempotent
+	case s == leaseapi.StateReleased:
+		return leaseapi.NewError(ev.String(), leaseapi.ErrInvalidState, "lease released")
+	}
+	return leaseapi.NewError(ev.String(), leaseapi.ErrLost, "")
+}
