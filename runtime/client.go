@@ -50,7 +50,7 @@ type ClientOptions struct {
 // any number of processes, may share a backend.
 type Client struct {
 	b         leaseapi.Backend
-	inspector leaseapi.Inspector     // nil if the backend cannot inspect
+	inspector leaseapi.Inspector      // nil if the backend cannot inspect
 	watcher   leaseapi.ReleaseWatcher // nil if the backend cannot notify
 	clk       clock.Clock
 	owners    leaseapi.OwnerSource
