@@ -1,0 +1,2 @@
+// Package valkey is the Valkey/Redis backend of lease, built on valkey-go.
+package valkey

@@ -1,0 +1,88 @@
+package valkey
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// classify maps an error from valkey-go to one sentinel kind. It is the
+// only place this package interprets driver errors, and it uses typed
+// checks only (never the error text, which may carry addresses or server
+// messages). mutation says whether the command may change state.
+//
+//   - A server error reply (*vk.ValkeyError: NOSCRIPT already retried,
+//     MOVED after redirection, LOADING, BUSY, OOM, READONLY, CLUSTERDOWN, a
+//     script error...) means the server answered and our script wrote
+//     nothing (every script checks before its first write, and the "#!lua"
+//     shebang makes the server refuse OOM/replica/slot violations before the
+//     script starts): [leaseapi.ErrBackendUnavailable].
+//   - A failure to dial or to find a node for the slot happened before
+//     anything was sent: [leaseapi.ErrBackendUnavailable].
+//   - Anything else (a context that ended while the call was in flight, a
+//     reset connection, an I/O timeout, the client closing) may have hit
+//     after the command was written. For a mutation that is
+//     [leaseapi.ErrAmbiguousOutcome]; for a read it is
+//     [leaseapi.ErrBackendUnavailable].
+//
+// A context that was already done before the call is handled by the
+// callers (leaseapi.ContextError), not here: valkey-go does not report
+// whether a command reached the wire, so once a call started, a context
+// error is no proof that nothing was sent.
+func classify(err error, mutation bool) error {
+	if err == nil {
+		return nil
+	}
+	var ve *vk.ValkeyError
+	if errors.As(err, &ve) {
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "server refused the command")
+	}
+	if beforeSend(err) {
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "no connection to the server")
+	}
+	if !mutation {
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "read failed")
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "context ended before the reply")
+	}
+	return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "reply lost")
+}
+
+// beforeSend reports errors that prove the command was never written: a
+// failed dial (the connection did not exist) or no known node for the slot.
+func beforeSend(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return true
+	}
+	return errors.Is(err, vk.ErrNoSlot) || errors.Is(err, vk.ErrNoAddr)
+}
+
+// ctxCheck returns the error for a nil or already-done ctx, before any I/O.
+func ctxCheck(ctx context.Context, op string) error {
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	return nil
+}
+
+// protocolError is returned when a reply does not have the shape the script
+// returns (a server that is not Redis 7+/Valkey, or a corrupted key).
+func protocolError(op string, mutation bool) error {
+	if mutation {
+		return leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "unexpected reply")
+	}
+	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "unexpected reply")
+}

@@ -1,0 +1,155 @@
+package valkey
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+
+	vk "github.com/valkey-io/valkey-go"
+)
+
+// The scripts. Each operation is exactly one of them, run by EVALSHA with
+// an EVAL fallback on NOSCRIPT (vk.NewLuaScript, never the retryable
+// variant: a mutation is never resent after its reply was lost).
+//
+// Conventions shared by every script:
+//
+//   - KEYS[1] is the lease hash {owner, token, acquired, expires}; KEYS[2]
+//     is the token counter or (Guard) the cache key. All share one hash tag.
+//   - Time is the server's TIME in microseconds since the epoch, read once
+//     per script. Liveness is "expires > now", decided here, never by the
+//     server's key expiry (PEXPIREAT only cleans up, strictly after expiry).
+//   - Numbers are passed to redis.call and stored as strings formatted with
+//     "%.0f": Lua's default number formatting uses 14 significant digits and
+//     would corrupt microsecond timestamps.
+//   - Every check precedes the first write, and no write can fail once the
+//     checks passed, so a script that returns a server error wrote nothing.
+//     The "#!lua" shebang makes the server check OOM, replica and cluster
+//     slot constraints before the script runs instead of at its first write.
+//   - The result is an array whose first element is a status code
+//     (statusOK, statusContended, statusStale, statusGone).
+//
+// Lua numbers are doubles: tokens and microsecond timestamps stay exact up
+// to 2^53 (a token counter that large would take millennia to reach).
+const (
+	statusOK        = 1 // applied; further elements carry the record
+	statusContended = 2 // a live grant exists
+	statusStale     = 3 // rec is not the key's live (or latest) grant
+	statusGone      = 4 // Release: rec's grant already ended, no later grant
+	statusFree      = 5 // Inspect: no live grant; element 2 is the last token
+)
+
+// luaNow is the shared prologue: now in microseconds from the server clock.
+const luaNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function s(n) return string.format('%.0f', n) end
+`
+
+// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs).
+// Returns {statusContended} or {statusOK, token, acquired, expires}.
+const srcAcquire = "#!lua\n" + luaNow + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'expires')
+if h[1] and tonumber(h[2]) > now then
+  return {2}
+end
+local tok = redis.call('INCR', KEYS[2])
+local exp = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s(tok), 'acquired', s(now), 'expires', s(exp))
+redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
+return {1, tok, now, exp}
+`
+
+// srcRenew: KEYS lease; ARGV owner, token, ttl (µs).
+// Returns {statusStale} or {statusOK, token, acquired, expires}.
+const srcRenew = "#!lua\n" + luaNow + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
+if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
+  return {3}
+end
+local exp = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'acquired', s(now), 'expires', s(exp))
+redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
+return {1, tonumber(h[2]), now, exp}
+`
+
+// srcValidate: KEYS lease; ARGV owner, token. Writes nothing.
+// Returns {statusOK} or {statusStale}.
+const srcValidate = "#!lua flags=no-writes\n" + luaNow + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
+if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
+  return {3}
+end
+return {1}
+`
+
+// srcRelease: KEYS lease, token; ARGV owner, token, channel, message.
+// Returns {statusOK} (released and published), {statusGone} (already
+// ended, no later grant: idempotent success) or {statusStale}.
+//
+// A lease hash that is missing was released or cleaned up after expiry;
+// the counter then tells whether rec's grant was the latest one.
+const srcRelease = "#!lua\n" + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
+if not h[1] then
+  if redis.call('GET', KEYS[2]) == ARGV[2] then
+    return {4}
+  end
+  return {3}
+end
+if h[2] ~= ARGV[2] or h[1] ~= ARGV[1] then
+  return {3}
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return {1}
+`
+
+// srcInspect: KEYS lease, token. Writes nothing.
+// Returns {statusOK, token, acquired, expires, owner} for a live grant,
+// else {statusFree, lastToken}.
+const srcInspect = "#!lua flags=no-writes\n" + luaNow + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'expires')
+if h[1] and tonumber(h[4]) > now then
+  return {1, tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), h[1]}
+end
+return {5, tonumber(redis.call('GET', KEYS[2]) or '0')}
+`
+
+// srcGuard: KEYS lease, cache; ARGV owner, token, value, px (ms, "0" for
+// no expiry). Writes the cache key only if rec is the live grant.
+// Returns {statusOK} or {statusStale}.
+const srcGuard = "#!lua\n" + luaNow + `
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
+if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
+  return {3}
+end
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+else
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+return {1}
+`
+
+// The script objects are stateless apart from the SHA-1 they compute once,
+// and safe for concurrent use.
+var (
+	scriptAcquire  = vk.NewLuaScript(srcAcquire)
+	scriptRenew    = vk.NewLuaScript(srcRenew)
+	scriptValidate = vk.NewLuaScript(srcValidate)
+	scriptRelease  = vk.NewLuaScript(srcRelease)
+	scriptInspect  = vk.NewLuaScript(srcInspect)
+	scriptGuard    = vk.NewLuaScript(srcGuard)
+)
+
+// SHA-1 digests for the paths that build EVALSHA by hand (the pipelined
+// batch and the acquire followed by WAIT on one connection).
+var (
+	shaAcquire = sha1hex(srcAcquire)
+	shaRenew   = sha1hex(srcRenew)
+)
+
+func sha1hex(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,574 @@
+package valkey
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Client is the valkey-go client a [Store] runs on: a standalone, sentinel
+// or cluster client from valkey-go's NewClient. The Store does not own it
+// and never closes it.
+type Client = vk.Client
+
+// DefaultPrefix is the key prefix used when [Options.Prefix] is empty.
+const DefaultPrefix = "lease"
+
+// MaxPrefixBytes bounds [Options.Prefix].
+const MaxPrefixBytes = 64
+
+// DefaultWaitTimeout is the WAIT timeout used when [Options.WaitReplicas] is
+// set and [Options.WaitTimeout] is zero.
+const DefaultWaitTimeout = 100 * time.Millisecond
+
+// MaxCacheNameBytes bounds the name given to [Store.CacheKey].
+const MaxCacheNameBytes = 256
+
+// Options configures a [Store]. The zero value is valid.
+type Options struct {
+	// Prefix starts every key and the release channel of this Store, so
+	// stores with different prefixes never see each other's leases. Empty
+	// means [DefaultPrefix]. At most [MaxPrefixBytes] printable ASCII bytes
+	// (0x21-0x7e) without '{' or '}', which would break the hash tag.
+	Prefix string
+
+	// WaitReplicas, when > 0, makes TryAcquire wait (WAIT) until that many
+	// replicas acknowledged the acquisition, so that its fencing token
+	// survives a failover to one of them. An acquisition that fewer replicas
+	// acknowledge within WaitTimeout is released (best effort) and fails
+	// with [leaseapi.ErrBackendUnavailable]. See "Durability of fencing
+	// tokens" in the package doc. Zero (the default) does not wait.
+	WaitReplicas int
+
+	// WaitTimeout bounds the WAIT. Zero means [DefaultWaitTimeout]; at most
+	// [leaseapi.MaxOperationTimeout]. It is also capped by half the time left
+	// on the call's context, so that the release that follows a failed WAIT
+	// still has time to run.
+	WaitTimeout time.Duration
+}
+
+// Store is the Valkey/Redis backend. It implements [leaseapi.Backend],
+// [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
+// [leaseapi.BatchRenewer], and publishes guarded cache values
+// ([Store.Guard]).
+//
+// A Store is safe for concurrent use. Its only background resource is the
+// release subscription, started by the first [Store.WatchRelease] and
+// stopped by [Store.Close]; a Store on which WatchRelease is never called
+// starts no goroutine.
+type Store struct {
+	client       vk.Client
+	prefix       string
+	channel      string
+	waitReplicas int
+	waitTimeout  time.Duration
+
+	// mu guards watches, started, closed and cancel. No channel operation
+	// blocks under it (watch channels are sent to without blocking).
+	mu      sync.Mutex
+	watches map[string]map[*watch]struct{}
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	// done is closed by the subscriber goroutine when it exits; nil until
+	// the subscriber starts.
+	done chan struct{}
+}
+
+// New returns a Store on client. It validates o and does no I/O: an
+// unreachable server surfaces as [leaseapi.ErrBackendUnavailable] on the
+// first operation. A nil client or invalid options are
+// [leaseapi.ErrInvalidState].
+func New(client vk.Client, o Options) (*Store, error) {
+	const op = "valkey new"
+	if client == nil {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil client")
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !validPrefix(prefix) {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "invalid prefix")
+	}
+	if o.WaitReplicas < 0 {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "negative wait replicas")
+	}
+	wt := o.WaitTimeout
+	if wt == 0 {
+		wt = DefaultWaitTimeout
+	}
+	if wt < time.Millisecond || wt > leaseapi.MaxOperationTimeout {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "wait timeout out of range")
+	}
+	return &Store{
+		client:       client,
+		prefix:       prefix,
+		channel:      prefix + ":released",
+		waitReplicas: o.WaitReplicas,
+		waitTimeout:  wt,
+		watches:      make(map[string]map[*watch]struct{}),
+	}, nil
+}
+
+func validPrefix(p string) bool {
+	if p == "" || len(p) > MaxPrefixBytes {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c < 0x21 || c > 0x7e || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+// escape makes a key's text safe inside the hash tag: '%', '{', '}' and ':'
+// become %25, %7B, %7D and %3A. The mapping is injective, and since the
+// escaped text holds no ':' the last ':' inside the tag separates the prefix
+// from the key, so different (prefix, key) pairs never share a tag.
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%{}:") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		case ':':
+			b.WriteString("%3A")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// ident is the text inside a key's hash tag after the prefix; it is also
+// the payload of the key's release notification.
+func ident(k leaseapi.Key) string { return escape(k.String()) }
+
+// tag returns "{prefix:escaped-key}", the hash tag shared by every key of k.
+func (s *Store) tag(k leaseapi.Key) string {
+	return "{" + s.prefix + ":" + ident(k) + "}"
+}
+
+// Keys returns the names of k's two server keys: the lease hash
+// (fields owner, token, acquired, expires; deleted on release and expired
+// by the server shortly after the grant's expiry) and the token counter
+// (never deleted or expired). They are exposed for operators' tooling; do
+// not write them. The zero key returns two empty strings.
+func (s *Store) Keys(k leaseapi.Key) (lease, token string) {
+	if k.IsZero() {
+		return "", ""
+	}
+	t := s.tag(k)
+	return t + ":lease", t + ":token"
+}
+
+// CacheKey returns the server key under which [Store.Guard] publishes the
+// cache value called name for lease k. It shares k's hash tag, so it lives
+// in the lease's cluster slot, and it can never name the lease's own keys.
+// name must be 1 to [MaxCacheNameBytes] bytes of valid UTF-8 without
+// control bytes; otherwise, or for the zero key, the error is
+// [leaseapi.ErrInvalidState].
+func (s *Store) CacheKey(k leaseapi.Key, name string) (string, error) {
+	const op = "cache key"
+	if err := k.Check(); err != nil {
+		return "", leaseapi.Wrap(err, op)
+	}
+	if name == "" || len(name) > MaxCacheNameBytes || !cleanText(name) {
+		return "", leaseapi.NewError(op, leaseapi.ErrInvalidState, "invalid cache name")
+	}
+	return s.tag(k) + ":cache:" + name, nil
+}
+
+// cleanText reports valid UTF-8 without ASCII control bytes or DEL.
+func cleanText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
+	if err := key.Check(); err != nil {
+		return err
+	}
+	if err := leaseapi.CheckOwner(owner); err != nil {
+		return err
+	}
+	return leaseapi.CheckTTL(ttl)
+}
+
+func micros(ttl time.Duration) string { return strconv.FormatInt(ttl.Microseconds(), 10) }
+
+func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10) }
+
+// grant decodes {status, token, acquired, expires} into a record of key and
+// owner.
+func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool) {
+	if len(vals) != 4 || vals[1] <= 0 {
+		return leaseapi.Record{}, false
+	}
+	return leaseapi.Record{
+		Key:        key,
+		Owner:      owner,
+		Token:      leaseapi.Token(vals[1]),
+		AcquiredAt: time.UnixMicro(vals[2]),
+		ExpiresAt:  time.UnixMicro(vals[3]),
+	}, true
+}
+
+// TryAcquire implements [leaseapi.Backend]: one script grants key to owner
+// for ttl (server time) unless a live grant exists ([leaseapi.ErrContended],
+// also for the same owner). With [Options.WaitReplicas] it then waits for
+// replica acknowledgements; see [Options.WaitReplicas]. A lost reply is
+// [leaseapi.ErrAmbiguousOutcome]: the grant may exist (use
+// [Store.Inspect] to find it by owner id). Never retried.
+func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "try acquire"
+	if err := ctxCheck(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := validArgs(key, owner, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	lk, tk := s.Keys(key)
+	keys, args := []string{lk, tk}, []string{owner, micros(ttl)}
+	var res vk.ValkeyResult
+	var waitRes vk.ValkeyResult
+	if s.waitReplicas > 0 {
+		res, waitRes = s.execWithWait(ctx, keys, args)
+	} else {
+		res = scriptAcquire.Exec(ctx, s.client, keys, args)
+	}
+	vals, err := res.AsIntSlice()
+	if err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == statusContended:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	case len(vals) == 0 || vals[0] != statusOK:
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	rec, ok := grant(vals, key, owner)
+	if !ok {
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	if s.waitReplicas > 0 {
+		if n, err := waitRes.AsInt64(); err != nil || n < int64(s.waitReplicas) {
+			// Fail closed: the grant is not durable enough. Release it so
+			// nobody waits a TTL for it; if that fails too it expires.
+			_ = s.Release(ctx, rec)
+			return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "too few replicas acknowledged")
+		}
+	}
+	return rec, nil
+}
+
+// execWithWait runs the acquire script and WAIT on one dedicated
+// connection in one round trip (WAIT counts the writes of its own
+// connection), with the EVALSHA-then-EVAL fallback done by hand.
+func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, wait vk.ValkeyResult) {
+	wt := s.waitTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if half := time.Until(dl) / 2; half < wt {
+			wt = half
+		}
+	}
+	ms := wt.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	err := s.client.Dedicated(func(c vk.DedicatedClient) error {
+		waitCmd := func() vk.Completed {
+			return c.B().Wait().Numreplicas(int64(s.waitReplicas)).Timeout(ms).Build()
+		}
+		r := c.DoMulti(ctx,
+			c.B().Evalsha().Sha1(shaAcquire).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+			waitCmd())
+		if ve, ok := vk.IsValkeyErr(r[0].Error()); ok && ve.IsNoScript() {
+			r = c.DoMulti(ctx,
+				c.B().Eval().Script(srcAcquire).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+				waitCmd())
+		}
+		script, wait = r[0], r[1]
+		return nil
+	})
+	if err != nil {
+		script = vk.NewErrorResult(err)
+	}
+	return script, wait
+}
+
+// Renew implements [leaseapi.Backend]: one script extends rec's grant to
+// server-now + ttl if rec (owner and token) is the key's live grant, else
+// [leaseapi.ErrStaleOwner]. A lost reply is [leaseapi.ErrAmbiguousOutcome].
+// Never retried.
+func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	const op = "renew"
+	if err := ctxCheck(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
+	if err := checkRenew(rec, ttl); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(err, op)
+	}
+	lk, _ := s.Keys(rec.Key)
+	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl)})
+	return decodeRenew(res, rec, op)
+}
+
+func checkRenew(rec leaseapi.Record, ttl time.Duration) error {
+	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
+		return err
+	}
+	return rec.Check()
+}
+
+func decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string) (leaseapi.Record, error) {
+	vals, err := res.AsIntSlice()
+	if err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == statusStale:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	case len(vals) == 0 || vals[0] != statusOK:
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	got, ok := grant(vals, rec.Key, rec.Owner)
+	if !ok || got.Token != rec.Token {
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	return got, nil
+}
+
+// RenewBatch implements [leaseapi.BatchRenewer]: every valid request's
+// renew script is pipelined (EVALSHA through one DoMulti, then EVAL for any
+// that got NOSCRIPT), so renewals due together share round trips: one per
+// server node, however many leases. Each element has exactly the semantics
+// of [Store.Renew]; invalid elements fail alone with
+// [leaseapi.ErrInvalidState] and are not sent. A ctx already done fails
+// every element with its context error. Never retried.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	const op = "renew batch"
+	out := make([]leaseapi.RenewResult, len(reqs))
+	if err := ctxCheck(ctx, op); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	idx := make([]int, 0, len(reqs))
+	cmds := make(vk.Commands, 0, len(reqs))
+	b := s.client.B()
+	for i, r := range reqs {
+		if err := checkRenew(r.Record, r.TTL); err != nil {
+			out[i].Err = leaseapi.Wrap(err, op)
+			continue
+		}
+		lk, _ := s.Keys(r.Record.Key)
+		idx = append(idx, i)
+		cmds = append(cmds, b.Evalsha().Sha1(shaRenew).Numkeys(1).Key(lk).
+			Arg(r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL)).Build())
+	}
+	if len(cmds) == 0 {
+		return out
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	// Resend as EVAL the elements the server did not know the script for
+	// (a restarted or new node): NOSCRIPT means the script did not run.
+	var again []int
+	for j, r := range res {
+		if ve, ok := vk.IsValkeyErr(r.Error()); ok && ve.IsNoScript() {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		retry := make(vk.Commands, 0, len(again))
+		for _, j := range again {
+			r := reqs[idx[j]]
+			lk, _ := s.Keys(r.Record.Key)
+			retry = append(retry, b.Eval().Script(srcRenew).Numkeys(1).Key(lk).
+				Arg(r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL)).Build())
+		}
+		for k, r := range s.client.DoMulti(ctx, retry...) {
+			res[again[k]] = r
+		}
+	}
+	for j, r := range res {
+		i := idx[j]
+		out[i].Record, out[i].Err = decodeRenew(r, reqs[i].Record, op)
+	}
+	return out
+}
+
+// Validate implements [leaseapi.Backend]: nil if rec is the key's live grant
+// by server time, else [leaseapi.ErrStaleOwner]. It writes nothing; a failed
+// call is [leaseapi.ErrBackendUnavailable]. It is sent to the primary (not
+// to a replica, which could lag behind a release).
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+	const op = "validate"
+	if err := ctxCheck(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	lk, _ := s.Keys(rec.Key)
+	vals, err := scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token)}).AsIntSlice()
+	if err != nil {
+		return leaseapi.Wrap(classify(err, false), op)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == statusOK:
+		return nil
+	case len(vals) == 1 && vals[0] == statusStale:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return protocolError(op, false)
+}
+
+// Release implements [leaseapi.Backend]: one script deletes rec's grant if
+// rec (owner and token) is the key's latest grant and publishes a release
+// notification. Idempotent: a grant that already ended (released or
+// expired) with no later grant returns nil. A later grant, or another
+// owner's live grant, is [leaseapi.ErrStaleOwner]. The token counter is
+// never touched. A lost reply is [leaseapi.ErrAmbiguousOutcome]; retrying a
+// Release is safe.
+func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
+	const op = "release"
+	if err := ctxCheck(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	lk, tk := s.Keys(rec.Key)
+	vals, err := scriptRelease.Exec(ctx, s.client, []string{lk, tk},
+		[]string{rec.Owner, tokenArg(rec.Token), s.channel, ident(rec.Key)}).AsIntSlice()
+	if err != nil {
+		return leaseapi.Wrap(classify(err, true), op)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == statusOK:
+		// Deliver to this Store's own watchers at once; other Stores and
+		// processes learn it from the published message.
+		s.wake(ident(rec.Key))
+		return nil
+	case len(vals) == 1 && vals[0] == statusGone:
+		return nil
+	case len(vals) == 1 && vals[0] == statusStale:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return protocolError(op, true)
+}
+
+// Inspect implements [leaseapi.Inspector]: the key's live grant (held ==
+// true), or only its latest token (held == false; 0 for a key never
+// acquired), by server time. It writes nothing; a failed call is
+// [leaseapi.ErrBackendUnavailable].
+func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
+	const op = "inspect"
+	if err := ctxCheck(ctx, op); err != nil {
+		return leaseapi.Record{}, false, err
+	}
+	if err := key.Check(); err != nil {
+		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
+	}
+	lk, tk := s.Keys(key)
+	arr, err := scriptInspect.Exec(ctx, s.client, []string{lk, tk}, nil).ToArray()
+	if err != nil {
+		return leaseapi.Record{}, false, leaseapi.Wrap(classify(err, false), op)
+	}
+	ints := make([]int64, 0, 4)
+	for i := range arr {
+		if i == 4 {
+			break
+		}
+		v, err := arr[i].AsInt64()
+		if err != nil {
+			return leaseapi.Record{}, false, protocolError(op, false)
+		}
+		ints = append(ints, v)
+	}
+	switch {
+	case len(arr) == 2 && ints[0] == statusFree && ints[1] >= 0:
+		return leaseapi.Record{Key: key, Token: leaseapi.Token(ints[1])}, false, nil
+	case len(arr) == 5 && ints[0] == statusOK:
+		owner, err := arr[4].ToString()
+		if err != nil {
+			return leaseapi.Record{}, false, protocolError(op, false)
+		}
+		rec, ok := grant(ints, key, owner)
+		if !ok {
+			return leaseapi.Record{}, false, protocolError(op, false)
+		}
+		return rec, true, nil
+	}
+	return leaseapi.Record{}, false, protocolError(op, false)
+}
+
+// Guard publishes value under cacheKey only if rec (owner and token) is
+// still the key's live grant by server time, in one script: the check and
+// the write are atomic, so a holder whose lease was lost or taken over can
+// never overwrite the cache a newer holder publishes. cacheKey must come
+// from [Store.CacheKey] for rec's key (same hash slot, never the lease's own
+// keys). ttl > 0 expires the value after ttl (millisecond resolution);
+// zero keeps it without expiry.
+//
+// Guard returns nil when the value was written, [leaseapi.ErrStaleOwner]
+// (nothing written) when rec is no longer current,
+// [leaseapi.ErrInvalidState] for bad input, and for a failed call
+// [leaseapi.ErrBackendUnavailable] (nothing sent) or
+// [leaseapi.ErrAmbiguousOutcome] (the value may have been written). It is
+// not retried.
+func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value string, ttl time.Duration) error {
+	const op = "guard"
+	if err := ctxCheck(ctx, op); err != nil {
+		return err
+	}
+	if err := rec.Check(); err != nil {
+		return leaseapi.Wrap(err, op)
+	}
+	if ttl < 0 || ttl > 0 && ttl < time.Millisecond {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "ttl out of range")
+	}
+	lk, _ := s.Keys(rec.Key)
+	want := s.tag(rec.Key) + ":cache:"
+	if !strings.HasPrefix(cacheKey, want) || len(cacheKey) == len(want) || len(cacheKey)-len(want) > MaxCacheNameBytes {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "cache key not made by CacheKey for this lease")
+	}
+	vals, err := scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
+		[]string{rec.Owner, tokenArg(rec.Token), value, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsIntSlice()
+	if err != nil {
+		return leaseapi.Wrap(classify(err, true), op)
+	}
+	switch {
+	case len(vals) == 1 && vals[0] == statusOK:
+		return nil
+	case len(vals) == 1 && vals[0] == statusStale:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return protocolError(op, true)
+}
