@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +80,13 @@ func mustAcquire(t *testing.T, c *runtime.Client, k leaseapi.Key, p leaseapi.Pol
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	return h
+}
+
+func simtestStore(t *testing.T) (*memory.Store, error) {
+	t.Helper()
+	return memory.New(memory.Options{})
+}
+
+func containsFold(s, sub string) bool {
+	return sub != "" && strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }

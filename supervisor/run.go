@@ -21,8 +21,15 @@ func (s *Supervisor) run() {
 		}
 		select {
 		case c := <-s.inbox.Receive():
+			if s.closeStarted() {
+				c.Reply(s.finalReply(c.Req))
+				return
+			}
 			c.Reply(s.handle(c.Req))
 		case <-renewC:
+			if s.closeStarted() {
+				return
+			}
 			s.step(evRenew)
 		case <-s.deadline.C:
 			s.step(evDeadline)
@@ -31,6 +38,19 @@ func (s *Supervisor) run() {
 			return
 		}
 	}
+}
+
+// closeStarted reports whether the client has begun closing (it cancels
+// Life first, then sends each supervisor its Close). If so, it waits for
+// that Close and performs it, so that no request queued behind it reaches
+// the backend with a canceled context: Close takes priority over queued
+// work.
+func (s *Supervisor) closeStarted() bool {
+	if s.cfg.Life.Err() == nil {
+		return false
+	}
+	s.closeLease(<-s.closing)
+	return true
 }
 
 // handle serves one request.
