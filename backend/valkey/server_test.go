@@ -1,19 +1,10 @@
 package valkey_test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
+	"slices"
 	"testing"
-	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 	"go.uber.org/goleak"
@@ -23,188 +14,45 @@ import (
 	"github.com/leasekit/lease/internal/testserver"
 )
 
-// TestMain checks that no goroutine outlives the tests and stops the
-// private servers the tests started.
+// valkeyAddr is the server most tests share: LEASE_TEST_VALKEY_ADDR or a
+// private throwaway server for this test binary. valkeySkip is non-empty
+// when there is none (with LEASE_REQUIRE_BACKENDS=1 the binary fails
+// instead).
+var valkeyAddr, valkeySkip string
+
+// TestMain starts the shared server, checks that no goroutine outlives the
+// tests, then stops the server.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(runner{m}, testenv.IgnoredLeaks...)
+	addr, stop, err := testserver.Redis()
+	valkeyAddr = addr
+	valkeySkip = testserver.SkipReason("valkey", testserver.EnvValkeyAddr, err)
+	opts := append(slices.Clone(testenv.IgnoredLeaks), testserver.StopAtExit(stop))
+	goleak.VerifyTestMain(m, opts...)
 }
 
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int {
-	code := r.m.Run()
-	stopAll()
-	return code
-}
-
-const envAddr = "LEASE_TEST_VALKEY_ADDR"
-
-var (
-	sharedOnce sync.Once
-	sharedAddr string
-	sharedErr  error
-
-	procsMu sync.Mutex
-	procs   []*redisProc
-)
-
-func stopAll() {
-	procsMu.Lock()
-	defer procsMu.Unlock()
-	for _, p := range procs {
-		p.stop()
-	}
-	procs = nil
-}
-
-// serverAddr returns the address of the server most tests share: the one in
-// LEASE_TEST_VALKEY_ADDR, or a private redis-server/valkey-server started
-// once for this test binary. Without either it skips (naming the variable),
-// or fails when LEASE_REQUIRE_BACKENDS=1.
+// serverAddr returns the shared server's address or skips t.
 func serverAddr(t testing.TB) string {
 	t.Helper()
-	if a := os.Getenv(envAddr); a != "" {
-		return a
+	if valkeySkip != "" {
+		t.Skip(valkeySkip)
 	}
-	sharedOnce.Do(func() {
-		var p *redisProc
-		p, sharedErr = startRedis()
-		if sharedErr == nil {
-			sharedAddr = p.addr
-		}
-	})
-	if sharedErr != nil {
-		noServer(t, sharedErr)
-	}
-	return sharedAddr
-}
-
-func noServer(t testing.TB, err error) {
-	t.Helper()
-	if testenv.RequireBackends() {
-		t.Fatalf("no Valkey/Redis server: %v", err)
-	}
-	t.Skipf("no Valkey/Redis server (set %s or put redis-server on PATH): %v", envAddr, err)
+	return valkeyAddr
 }
 
 // privateServer starts a server only this test uses (for restarts, pauses
-// and kills), whatever LEASE_TEST_VALKEY_ADDR says.
-func privateServer(t testing.TB, args ...string) *redisProc {
+// and kills), whatever LEASE_TEST_VALKEY_ADDR says; it is stopped when t
+// ends.
+func privateServer(t testing.TB, o testserver.RedisOptions) *testserver.RedisServer {
 	t.Helper()
-	p, err := startRedis(args...)
+	s, err := testserver.StartRedis(o)
 	if err != nil {
-		noServer(t, err)
-	}
-	t.Cleanup(p.stop)
-	return p
-}
-
-// redisProc is a redis-server process on a loopback port.
-type redisProc struct {
-	bin  string
-	dir  string
-	port int
-	addr string
-	args []string
-
-	mu  sync.Mutex
-	cmd *exec.Cmd
-}
-
-func startRedis(args ...string) (*redisProc, error) {
-	bin, err := testserver.FindBinary([]string{"valkey-server", "redis-server"})
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "lease-valkey-")
-	if err != nil {
-		return nil, err
-	}
-	port, err := testserver.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	p := &redisProc{bin: bin, dir: dir, port: port, addr: testserver.Addr(port), args: args}
-	if err := p.start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	procsMu.Lock()
-	procs = append(procs, p)
-	procsMu.Unlock()
-	return p, nil
-}
-
-func (p *redisProc) start() error {
-	base := []string{
-		"--port", strconv.Itoa(p.port), "--bind", "127.0.0.1", "--dir", p.dir,
-		"--save", "", "--daemonize", "no", "--protected-mode", "no",
-		"--logfile", "server.log",
-	}
-	cmd := exec.Command(p.bin, append(base, p.args...)...)
-	cmd.Dir = p.dir
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.cmd = cmd
-	p.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ping(p.addr) == nil {
-			return nil
+		if reason := testserver.SkipReason("valkey", testserver.EnvValkeyAddr, err); reason != "" {
+			t.Skip(reason)
 		}
-		time.Sleep(20 * time.Millisecond) // polling a starting process, not ordering goroutines
+		t.Fatal(err)
 	}
-	p.kill()
-	return fmt.Errorf("server on port %d did not start", p.port)
-}
-
-// ping sends PING over a raw connection and waits for +PONG (a loading
-// server answers -LOADING).
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("not ready")
-	}
-	return nil
-}
-
-// kill ends the process with SIGKILL and waits for it.
-func (p *redisProc) kill() {
-	p.mu.Lock()
-	cmd := p.cmd
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-}
-
-// restart kills the process and starts it again on the same port and
-// directory.
-func (p *redisProc) restart() error {
-	p.kill()
-	return p.start()
-}
-
-func (p *redisProc) stop() {
-	p.kill()
-	os.RemoveAll(p.dir)
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // newClient returns a valkey-go client closed when t ends.
@@ -225,7 +73,8 @@ func uniquePrefix() string {
 	return "leasetest-" + hex.EncodeToString(b[:])
 }
 
-// newStore returns a Store with a fresh prefix, closed when t ends.
+// newStore returns a Store with a fresh prefix (unless o has one), closed
+// when t ends.
 func newStore(t testing.TB, c vk.Client, o valkey.Options) *valkey.Store {
 	t.Helper()
 	if o.Prefix == "" {
