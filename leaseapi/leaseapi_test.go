@@ -1,0 +1,180 @@
+package leaseapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+func TestNewKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, ns, key string
+		ok            bool
+	}{
+		{"simple", "jobs", "nightly", true},
+		{"slashes in name", "jobs", "a/b/c", true},
+		{"unicode", "jöbs", "naïve", true},
+		{"max length", "n", strings.Repeat("k", leaseapi.MaxKeyBytes-2), true},
+		{"empty namespace", "", "k", false},
+		{"empty name", "n", "", false},
+		{"slash in namespace", "a/b", "k", false},
+		{"leading slash", "n", "/k", false},
+		{"trailing slash", "n", "k/", false},
+		{"double slash", "n", "a//b", false},
+		{"control byte", "n", "a\x00b", false},
+		{"newline", "n\n", "k", false},
+		{"DEL", "n", "k\x7f", false},
+		{"invalid utf-8", "n", "\xff\xfe", false},
+		{"too long", "n", strings.Repeat("k", leaseapi.MaxKeyBytes-1), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := leaseapi.NewKey(tc.ns, tc.key)
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("NewKey: got %v, want nil", err)
+				}
+				if k.Namespace() != tc.ns || k.Name() != tc.key || k.String() != tc.ns+"/"+tc.key {
+					t.Fatalf("key parts: got %q %q %q", k.Namespace(), k.Name(), k.String())
+				}
+				back, err := leaseapi.ParseKey(k.String())
+				if err != nil || back != k {
+					t.Fatalf("ParseKey(String()): got (%v, %v), want the key", back, err)
+				}
+				return
+			}
+			if !errors.Is(err, leaseapi.ErrInvalidState) {
+				t.Fatalf("NewKey: got %v, want ErrInvalidState", err)
+			}
+			if strings.Contains(err.Error(), tc.key) && tc.key != "" && len(tc.key) > 2 {
+				t.Fatalf("error %q reveals the rejected name", err)
+			}
+		})
+	}
+	if _, err := leaseapi.ParseKey("no-slash"); !errors.Is(err, leaseapi.ErrInvalidState) {
+		t.Fatalf("ParseKey without slash: got %v", err)
+	}
+	if err := (leaseapi.Key{}).Check(); !errors.Is(err, leaseapi.ErrInvalidState) {
+		t.Fatalf("zero key Check: got %v", err)
+	}
+}
+
+func TestErrorsMatchExactlyOneSentinel(t *testing.T) {
+	sentinels := []error{leaseapi.ErrContended, leaseapi.ErrTimeout, leaseapi.ErrCanceled, leaseapi.ErrLost,
+		leaseapi.ErrStaleOwner, leaseapi.ErrBackendUnavailable, leaseapi.ErrInvalidState, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrCapacity}
+	var errs []error
+	for _, s := range sentinels {
+		errs = append(errs, leaseapi.NewError("op", s, "detail"), leaseapi.Wrap(s, "op"), leaseapi.Wrap(fmt.Errorf("ctx: %w", s), "op"))
+	}
+	errs = append(errs,
+		leaseapi.Wrap(errors.New("dial tcp 10.0.0.1:6379: password=hunter2"), "op"),
+		leaseapi.Wrap(context.Canceled, "op"),
+		leaseapi.Wrap(fmt.Errorf("driver: %w", context.DeadlineExceeded), "op"),
+		leaseapi.ContextError("op", context.DeadlineExceeded),
+	)
+	for _, err := range errs {
+		n := 0
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%v matches %d sentinels, want 1", err, n)
+		}
+		if !strings.HasPrefix(err.Error(), "lease: op: ") {
+			t.Errorf("%q lacks the redacted prefix", err)
+		}
+	}
+	raw := leaseapi.Wrap(errors.New("dial tcp 10.0.0.1:6379: password=hunter2"), "renew")
+	if !errors.Is(raw, leaseapi.ErrBackendUnavailable) || strings.Contains(raw.Error(), "hunter2") || strings.Contains(raw.Error(), "10.0.0.1") {
+		t.Fatalf("raw error not redacted: %q", raw)
+	}
+	c := leaseapi.Wrap(context.Canceled, "op")
+	if !errors.Is(c, context.Canceled) || !errors.Is(c, leaseapi.ErrCanceled) {
+		t.Fatalf("canceled: %v", c)
+	}
+	d := leaseapi.Wrap(fmt.Errorf("x: %w", context.DeadlineExceeded), "op")
+	if !errors.Is(d, context.DeadlineExceeded) || !errors.Is(d, leaseapi.ErrTimeout) {
+		t.Fatalf("deadline: %v", d)
+	}
+	amb := leaseapi.Wrap(errors.Join(leaseapi.ErrAmbiguousOutcome, context.DeadlineExceeded), "op")
+	if errors.Is(amb, context.DeadlineExceeded) {
+		t.Fatalf("an ambiguous outcome must not pose as the caller's deadline: %v", amb)
+	}
+	if leaseapi.Wrap(nil, "op") != nil || leaseapi.Kind(nil) != nil {
+		t.Fatal("nil must stay nil")
+	}
+}
+
+func TestOutcomeOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want leaseapi.Outcome
+	}{
+		{nil, leaseapi.OutcomeOK},
+		{leaseapi.ErrContended, leaseapi.OutcomeContended},
+		{leaseapi.ErrStaleOwner, leaseapi.OutcomeStale},
+		{leaseapi.ErrAmbiguousOutcome, leaseapi.OutcomeAmbiguous},
+		{context.DeadlineExceeded, leaseapi.OutcomeTimeout},
+		{errors.New("raw"), leaseapi.OutcomeUnavailable},
+	} {
+		if got := leaseapi.OutcomeOf(tc.err); got != tc.want {
+			t.Errorf("OutcomeOf(%v): got %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestRecordDeadline(t *testing.T) {
+	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second})
+	t0 := time.Unix(100, 0)
+	r := leaseapi.Record{AcquiredAt: t0, ExpiresAt: t0.Add(10 * time.Second)}
+	sent := time.Unix(50, 0) // the local clock is unrelated to the backend's
+	if got, want := r.SafeDeadline(sent, p), sent.Add(9*time.Second); !got.Equal(want) {
+		t.Fatalf("SafeDeadline: got %v, want %v", got, want)
+	}
+	r.ExpiresAt = t0.Add(5 * time.Second) // granted less than asked
+	if got, want := r.SafeDeadline(sent, p), sent.Add(4*time.Second); !got.Equal(want) {
+		t.Fatalf("SafeDeadline with a shorter grant: got %v, want %v", got, want)
+	}
+	if !r.UsableAt(sent.Add(4*time.Second-1), sent, p) || r.UsableAt(sent.Add(4*time.Second), sent, p) {
+		t.Fatal("UsableAt must be true strictly before the deadline only")
+	}
+}
+
+func TestStateFailsClosed(t *testing.T) {
+	var zero leaseapi.State
+	if zero == leaseapi.StateActive || zero.String() != "invalid" {
+		t.Fatal("the zero State must not be Active")
+	}
+	for _, s := range []leaseapi.State{leaseapi.StateExpired, leaseapi.StateLost, leaseapi.StateReleased} {
+		if !s.Terminal() {
+			t.Errorf("%v must be terminal", s)
+		}
+	}
+	if leaseapi.StateActive.Terminal() || leaseapi.StateUncertain.Terminal() {
+		t.Error("active and uncertain are not terminal")
+	}
+}
+
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"a/b", "a/b/c", "/b", "a/", "a//b", "\x00/\xff", "jöbs/naïve"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := leaseapi.ParseKey(s)
+		if err != nil {
+			if !errors.Is(err, leaseapi.ErrInvalidState) {
+				t.Fatalf("ParseKey error %v is not ErrInvalidState", err)
+			}
+			return
+		}
+		if k.String() != s || len(s) > leaseapi.MaxKeyBytes || strings.IndexByte(k.Namespace(), '/') >= 0 {
+			t.Fatalf("ParseKey(%q) accepted an invalid key", s)
+		}
+	})
+}

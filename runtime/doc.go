@@ -1,0 +1,62 @@
+// Package runtime is the API most programs use: a [Client] acquires fenced,
+// time-bounded leases on a backend and owns one supervisor goroutine per
+// held lease; a [Handle] is a message handle to that supervisor; [Managed]
+// is its automatic renewal; [Client.Run] is the one-call form.
+//
+//	c, _ := runtime.NewClient(store, runtime.ClientOptions{})
+//	defer c.Close(ctx)
+//	err := c.Run(ctx, key, policy, func(ctx context.Context, h *runtime.Handle) error {
+//		return resource.Write(ctx, h.Token(), data) // fenced by the token
+//	})
+//
+// # Guarantees
+//
+//   - A handle admits work (State() == StateActive) only before its
+//     deadline: the local instant the granting or renewing request was
+//     sent, plus the TTL, minus the safety margin. The backend's clock
+//     decides expiry; the local monotonic clock decides admission; the
+//     margin covers their drift.
+//   - Every operation that lacks a reliable outcome leaves the handle
+//     Uncertain (no admission) until a renew or validate succeeds in time.
+//     A lost acquisition reply is resolved by reading the key (if the
+//     backend can) and adopting the grant only if it carries this
+//     acquisition's owner id, anchored at the original send time; it is
+//     never retried blind.
+//   - Tokens come from the backend and strictly increase per key. A lease
+//     cannot stop a paused process: pass Handle.Token to the resource and
+//     let it reject lower tokens (see simtest.Resource, postgres.Store's
+//     fencing helpers, valkey.Store.Guard).
+//   - Bounds: MaxWaiters acquisitions in flight and MaxManaged managed
+//     handles per client; one more fails fast with ErrCapacity and changes
+//     nothing. Every backend call is bounded by the policy's
+//     OperationTimeout.
+//   - Close releases every held lease, stops every supervisor and waits;
+//     afterwards no handle reports Active and no goroutine started by the
+//     client is alive.
+//
+// # Goroutines
+//
+// One supervisor goroutine per held lease, started by a successful
+// acquisition; it exits when the lease becomes Released, Lost or Expired
+// (so a forgotten unmanaged handle ends at its deadline) or when the
+// client closes. Run starts one watcher goroutine that exits before Run
+// returns. Nothing else runs in the background.
+//
+// # Failure handling
+//
+// Errors match exactly one leaseapi sentinel and never contain keys, owner
+// ids or backend text. Acquire retries contention and unavailability
+// within the policy's Wait and MaxAttempts, waking early on a release
+// notification when the backend offers one. Managed renewal retries a
+// failed renewal every Retry (or RenewEvery/4) until the deadline, then
+// reports a Loss. Observers ([NewObservedBackend]) see every backend call
+// as an event carrying a keyed hash of the key.
+//
+// # What this package does not do
+//
+// It does not guarantee acquisition order or freedom from starvation, it
+// does not persist anything (the backend does), and it never logs.
+//
+// This package's name shadows the standard library's runtime; import it
+// under another name where both are needed.
+package runtime
