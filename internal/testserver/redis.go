@@ -78,6 +78,12 @@ type RedisServer struct {
 // returns an error wrapping ErrNoServer when there is no binary, and an error
 // carrying the end of the server's log when it does not come up.
 func StartRedis(opts RedisOptions) (*RedisServer, error) {
+	return startRedis(opts, nil)
+}
+
+// startRedis is StartRedis with portArgs, when non-nil, adding arguments that
+// depend on the server's port (or need more free ports, like a cluster bus).
+func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*RedisServer, error) {
 	switch opts.AppendFsync {
 	case "", "always", "everysec", "no":
 	default:
@@ -122,6 +128,14 @@ func StartRedis(opts RedisOptions) (*RedisServer, error) {
 			args = append(args, "--appendfsync", opts.AppendFsync)
 		}
 		args = append(args, replicaOf...)
+		if portArgs != nil {
+			more, err := portArgs(port)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			args = append(args, more...)
+		}
 		args = append(args, opts.Args...)
 		s := &RedisServer{bin: bin, dir: dir, port: port, args: args}
 		if lastErr = s.start(); lastErr == nil {
