@@ -110,7 +110,7 @@ func StartPostgres(opts PostgresOptions) (*PostgresServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "lease-postgres-")
+	dir, err := os.MkdirTemp(tempParent(cred), "lease-postgres-")
 	if err != nil {
 		return nil, fmt.Errorf("testserver: postgres dir: %w", err)
 	}
@@ -190,6 +190,24 @@ func serverCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// tempParent returns where to create the server's directory: the default
+// temporary directory, unless the server runs as another user who could not
+// reach it (a TMPDIR under /root): then /tmp.
+func tempParent(cred *syscall.Credential) string {
+	if cred == nil {
+		return ""
+	}
+	for d := os.TempDir(); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return "/tmp"
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
 // pgEnv is our environment without the PG* variables (PGDATA, PGPORT...)
 // that would redirect initdb or postgres, in the C locale.
 func pgEnv() []string {
@@ -247,7 +265,9 @@ func (s *PostgresServer) start() error {
 	}
 }
 
-// ping connects to the database "postgres" and runs SELECT 1.
+// ping connects to the database "postgres" and checks that the server
+// runs on s's data directory: the port was free a moment ago, but another
+// test binary may have taken it since, and its server must not pass for ours.
 func (s *PostgresServer) ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -256,9 +276,12 @@ func (s *PostgresServer) ping() error {
 		return fmt.Errorf("testserver: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	var one int
-	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
-		return fmt.Errorf("testserver: select 1: %w", err)
+	var dir string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+		return fmt.Errorf("testserver: read data_directory: %w", err)
+	}
+	if want := filepath.Join(s.dir, "data"); dir != want && dir != evalSymlinks(want) {
+		return fmt.Errorf("testserver: the server on port %d runs on %s, not %s", s.port, dir, want)
 	}
 	return nil
 }

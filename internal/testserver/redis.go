@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -158,18 +159,38 @@ func (s *RedisServer) start() error {
 		if p.exited() {
 			return p.exitError(filepath.Base(s.bin))
 		}
-		reply, err := redisDo(s.Addr(), time.Second, "PING")
-		if err == nil && reply == "PONG" {
+		err := s.isOurs(p.pid())
+		if err == nil {
 			s.p = p
 			return nil
 		}
 		if time.Now().After(deadline) {
 			p.kill()
-			return fmt.Errorf("testserver: %s did not answer PING within %v (last: %v): %s",
+			return fmt.Errorf("testserver: %s did not come up within %v (last: %v): %s",
 				filepath.Base(s.bin), redisStartTimeout, err, p.logTail())
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// isOurs checks that the server on s's port answers PING and is process
+// pid: the port was free a moment ago, but another test binary may have
+// taken it since, and its server must not pass for ours.
+func (s *RedisServer) isOurs(pid int) error {
+	if reply, err := redisDo(s.Addr(), time.Second, "PING"); err != nil || reply != "PONG" {
+		return fmt.Errorf("testserver: PING = %q, %w", reply, err)
+	}
+	info, err := redisDo(s.Addr(), time.Second, "INFO", "server")
+	if err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(pid)
+	for line := range strings.Lines(info) {
+		if strings.TrimSpace(line) == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("testserver: the server on %s is not process %d", s.Addr(), pid)
 }
 
 // Addr returns the server's "127.0.0.1:port"; it stays the same across

@@ -127,6 +127,17 @@ func TestRedisKillRestartKeepsAppendOnlyData(t *testing.T) {
 	}
 }
 
+func TestRedisIdentityCheck(t *testing.T) {
+	t.Parallel()
+	s := newRedis(t, RedisOptions{})
+	if err := s.isOurs(s.pidOf(t)); err != nil {
+		t.Errorf("isOurs(own pid): %v", err)
+	}
+	if err := s.isOurs(1); err == nil {
+		t.Error("isOurs(1) accepted another process's server")
+	}
+}
+
 func TestRedisWithoutPersistenceForgetsOnRestart(t *testing.T) {
 	t.Parallel()
 	s := newRedis(t, RedisOptions{})
