@@ -1,0 +1,136 @@
+// Package postgres is the PostgreSQL backend of lease, on
+// github.com/jackc/pgx/v5's pgxpool: one SQL statement per operation, timed
+// by the server's clock, with durable fencing tokens, embedded migrations,
+// fencing inside the caller's transaction and LISTEN/NOTIFY release hand-off.
+//
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	if err := postgres.Migrate(ctx, pool, postgres.Options{}); err != nil { ... }
+//	store, err := postgres.New(pool, postgres.Options{})
+//	defer store.Close()
+//
+// # Guarantees
+//
+// Every [leaseapi.Backend] operation is exactly one autocommit statement, so
+// it is atomic without a client-side transaction:
+//
+//   - TryAcquire is an INSERT ... ON CONFLICT (key) DO UPDATE that only
+//     takes over a row whose grant was released or has expired, and bumps
+//     its token; a statement that returns no row means a live grant exists
+//     (leaseapi.ErrContended, even for the same owner).
+//   - Renew, Validate and Release compare key, owner and token in their one
+//     statement. Release locks the key's row, clears the owner if both
+//     match (keeping the row, so the token is never reused), and issues
+//     pg_notify in the same statement; releasing an already released grant
+//     with no successor returns nil, a later grant or another owner is
+//     leaseapi.ErrStaleOwner.
+//   - All timing comes from one clock_timestamp() reading per statement, so
+//     Record.ExpiresAt - Record.AcquiredAt is exactly the TTL (to the
+//     microsecond: TTLs are sent as bigint microseconds). Expiry is judged
+//     by the server's clock only; the client never compares its clock with
+//     the server's.
+//   - Tokens are per key, start at 1 and increase by one with every
+//     acquisition. They are stored in a bigint column and are as durable as
+//     the database: they survive release, expiry, client and server
+//     restarts. The bound is 2^63-1 acquisitions of one key; past it the
+//     acquisition fails with leaseapi.ErrInvalidState rather than wrap.
+//   - RenewBatch renews any number of grants in one UPDATE ... FROM
+//     unnest(...) statement with per-element Renew semantics.
+//
+// Keys are stored as text ("namespace/name") and owners as text, with the
+// "C" collation (bytewise comparison).
+//
+// # Schema and migrations
+//
+// [Options] names a schema (default "lease"), the lease table (default
+// "leases") and the fence table (default "fences"). Each name must match
+// [a-z_][a-z0-9_]{0,62}: anything else is rejected with
+// leaseapi.ErrInvalidState instead of being quoted, because PostgreSQL
+// silently truncates long names and mixed-case names are a trap. The
+// validated names are then quoted with pgx.Identifier; no other text is ever
+// spliced into SQL.
+//
+// [Migrate] applies the embedded, versioned files under migrations/ (see
+// [Migrations]) in one transaction serialised by pg_advisory_xact_lock (one
+// lock per schema), creating the schema if missing and recording each
+// applied version in <schema>.lease_migrations. It is idempotent and safe to
+// run from many processes at once; migrations only create, never drop. Users
+// of goose, atlas or golang-migrate can take the files from [Migrations] and
+// substitute the identifiers themselves. Operations on a database that was
+// not migrated fail with leaseapi.ErrBackendUnavailable, detail "schema
+// missing".
+//
+// # Fencing inside your transaction
+//
+// A lease does not stop a paused holder from writing after its lease has
+// expired. Two helpers make a write safe anyway, both run inside the
+// caller's pgx.Tx so that the check and the write commit together or not at
+// all:
+//
+//   - [Store.Fence] checks that a record is still the key's live grant and
+//     locks the lease row FOR SHARE until the transaction ends: a
+//     successor's acquisition (an UPDATE of that row) waits for the caller's
+//     commit, so nothing can happen between the check and the commit. FOR
+//     SHARE, not FOR UPDATE, so that concurrent fenced transactions of one
+//     grant do not serialise on each other; the holder's own renewal waits
+//     too, so keep fenced transactions short. It requires the protected
+//     data to live in the same database as the lease table.
+//   - [Store.AdvanceFence] is the classic "reject tokens lower than the last
+//     one accepted" check on a per-resource high-water mark (the fence
+//     table), advanced in the same transaction. It does not even need the
+//     lease to be live, only monotonic tokens, and is what
+//     examples/protectedwrite uses. [Store.FencedWrite] wraps begin, fence,
+//     write and commit.
+//
+// # Failure handling
+//
+// Driver errors are classified once, by type and SQLSTATE, never by text
+// (see classify in classify.go), and error strings never contain SQL, the
+// DSN, keys or owner ids:
+//
+//   - Nothing sent (pool exhausted or unreachable, pgconn.SafeToRetry):
+//     leaseapi.ErrBackendUnavailable, or the context's error
+//     (leaseapi.ErrCanceled / leaseapi.ErrTimeout) when ctx ended. A ctx
+//     that is already done before the call returns the context's error and
+//     sends nothing.
+//   - A mutation that may have committed (connection lost after sending,
+//     ctx ending mid-statement, a FATAL such as pg_terminate_backend,
+//     statement_timeout / query_canceled 57014):
+//     leaseapi.ErrAmbiguousOutcome. The runtime then holds the handle
+//     Uncertain; an ambiguous TryAcquire can be resolved with
+//     [Store.Inspect] by owner id. 57014 is treated as ambiguous although
+//     the server rolled the statement back, because it is indistinguishable
+//     from the client-side cancel race.
+//   - A statement the server rejected with ERROR did not commit: 40001
+//     serialization_failure and 40P01 deadlock_detected are
+//     leaseapi.ErrBackendUnavailable ("not applied": safe to retry), class
+//     42/3F ("schema missing") likewise; class 22/23 (data, constraint —
+//     e.g. the token bound) is leaseapi.ErrInvalidState.
+//   - A failed read (Validate, Inspect, Fence) is
+//     leaseapi.ErrBackendUnavailable, or the context's error.
+//
+// The Store never retries a mutation. Bound every call with a ctx deadline:
+// a blackholed connection is otherwise only noticed by TCP.
+//
+// Release notification uses one dedicated connection per Store, taken out
+// of the pool (Acquire + Hijack) by the first [Store.WatchRelease] and held
+// by one goroutine until [Store.Close]. It reconnects with bounded
+// exponential backoff (50ms to 5s) and, after each (re)connect, wakes
+// watchers of keys that are free by then, so a release during the gap costs
+// at most a spurious wake. NOTIFY payloads are a hash of the key, never the
+// key.
+//
+// # What this package does not do
+//
+//   - No acquisition order or fairness: waiters race on release.
+//   - No expiry notification: a waiter learns of an expired grant from its
+//     retry timer.
+//   - No garbage collection of lease rows: every key ever acquired keeps one
+//     small row (its token history); deleting rows would allow token reuse.
+//     Delete a key's row only if nothing fenced with its tokens remains.
+//   - No cross-database fencing: [Store.Fence] protects writes in the
+//     database that holds the lease table; for anything else use the token
+//     with [Store.AdvanceFence] or the resource's own check.
+//   - It does not own the pool: the caller closes it, after Store.Close.
+//   - No statement timeout of its own: use ctx deadlines (and, if wanted,
+//     a server-side statement_timeout in the pool's config).
+package postgres
