@@ -58,7 +58,15 @@ func privateServer(t testing.TB, o testserver.RedisOptions) *testserver.RedisSer
 // newClient returns a valkey-go client closed when t ends.
 func newClient(t testing.TB, addrs ...string) vk.Client {
 	t.Helper()
-	c, err := vk.NewClient(vk.ClientOption{InitAddress: addrs, DisableCache: true})
+	return newClientOpt(t, vk.ClientOption{InitAddress: addrs})
+}
+
+// newClientOpt is newClient with options (client-side caching is always
+// off: the Store does not use it).
+func newClientOpt(t testing.TB, o vk.ClientOption) vk.Client {
+	t.Helper()
+	o.DisableCache = true
+	c, err := vk.NewClient(o)
 	if err != nil {
 		t.Fatalf("valkey-go client: %v", err)
 	}
