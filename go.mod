@@ -2,15 +2,17 @@ module github.com/leasekit/lease
 
 go 1.26.0
 
-require go.uber.org/goleak v1.3.0
+require (
+	github.com/benbjohnson/clock v1.3.5
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/valkey-io/valkey-go v1.0.79
+	go.uber.org/goleak v1.3.0
+)
 
 require (
-	github.com/benbjohnson/clock v1.3.5 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.13.0 // indirect
-	github.com/stretchr/testify v1.11.1 // indirect
-	github.com/valkey-io/valkey-go v1.0.79 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
