@@ -301,13 +301,24 @@ func (s *PostgresServer) createDatabase() error {
 	return nil
 }
 
-func (s *PostgresServer) url(db string) string {
-	return "postgres://postgres@" + Addr(s.port) + "/" + db + "?sslmode=disable"
+func (s *PostgresServer) url(db string) string { return pgURL(Addr(s.port), db) }
+
+func pgURL(addr, db string) string {
+	return "postgres://postgres@" + addr + "/" + db + "?sslmode=disable"
 }
 
 // URL returns postgres://postgres@127.0.0.1:PORT/test?sslmode=disable; it
 // stays the same across Restart.
 func (s *PostgresServer) URL() string { return s.url("test") }
+
+// Addr returns the server's "127.0.0.1:port", e.g. the target of a fault
+// proxy; it stays the same across Restart.
+func (s *PostgresServer) Addr() string { return Addr(s.port) }
+
+// URLVia returns the URL of the database "test" reached through addr
+// ("host:port", e.g. a fault proxy in front of this server) instead of the
+// server's own address.
+func (s *PostgresServer) URLVia(addr string) string { return pgURL(addr, "test") }
 
 // Dir returns the server's directory: data/ (the cluster), the unix socket
 // and server.log.

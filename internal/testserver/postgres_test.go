@@ -221,6 +221,19 @@ func TestPostgresStopReapsAndRemovesDir(t *testing.T) {
 	}
 }
 
+func TestPostgresAddrAndURLVia(t *testing.T) {
+	s := &PostgresServer{port: 5433}
+	if got, want := s.Addr(), "127.0.0.1:5433"; got != want {
+		t.Errorf("Addr = %q; want %q", got, want)
+	}
+	if got, want := s.URLVia("127.0.0.1:9"), "postgres://postgres@127.0.0.1:9/test?sslmode=disable"; got != want {
+		t.Errorf("URLVia = %q; want %q", got, want)
+	}
+	if got, want := s.URL(), "postgres://postgres@127.0.0.1:5433/test?sslmode=disable"; got != want {
+		t.Errorf("URL = %q; want %q", got, want)
+	}
+}
+
 func TestStartPostgresRejectsBadSettings(t *testing.T) {
 	if _, err := StartPostgres(PostgresOptions{Settings: []string{"fsync"}}); err == nil {
 		t.Error("setting without = accepted")
