@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -116,7 +117,10 @@ func (l *link) deliver(dir direction, chunk []byte, dst *net.TCPConn) bool {
 		case modeDelay:
 			wait := s.delay
 			if s.jitter > 0 {
-				wait += rand.N(s.jitter + 1)
+				wait += rand.N(s.jitter)
+			}
+			if wait < 0 { // overflowed: as good as forever
+				wait = math.MaxInt64
 			}
 			t := time.NewTimer(wait)
 			select {
