@@ -38,8 +38,8 @@ type proxy struct {
 	// lastCut is closed when the server side of the latest cut connection
 	// has replied or closed: the cut statement's fate is then decided.
 	lastCut chan struct{}
-	done  bool                  // close was called
-	wg    sync.WaitGroup        // accept loop and pipe goroutines
+	done    bool           // close was called
+	wg      sync.WaitGroup // accept loop and pipe goroutines
 }
 
 // newProxy starts a proxy to the host:port of dbURL and returns it with the

@@ -1,0 +1,76 @@
+package postgres_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// TestReleaseNotifyLatency measures the hand-off: the time from sending a
+// Release to the watcher's wake-up, through the server's NOTIFY.
+func TestReleaseNotifyLatency(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	s, _ := newStore(t, url, newPool(t, url))
+	ctx := t.Context()
+	k := leaseapi.MustKey("notify", "k")
+	ch, stop := s.WatchRelease(k)
+	defer stop()
+	cycle := func() time.Time {
+		t.Helper()
+		rec, err := s.TryAcquire(ctx, k, "owner", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		if err := s.Release(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		return sent
+	}
+	wait := func() time.Time {
+		t.Helper()
+		select {
+		case <-ch:
+			return time.Now()
+		case <-time.After(5 * time.Second):
+			t.Fatal("no release notification within 5s")
+			return time.Time{}
+		}
+	}
+	// The first wake proves the listener is LISTENing (it may come from the
+	// sweep after connecting).
+	cycle()
+	wait()
+	select { // drop a second wake (sweep and NOTIFY both delivered)
+	case <-ch:
+	case <-time.After(50 * time.Millisecond):
+	}
+	var lat []time.Duration
+	for range 20 {
+		sent := cycle()
+		lat = append(lat, wait().Sub(sent))
+	}
+	slices.Sort(lat)
+	median, worst := lat[len(lat)/2], lat[len(lat)-1]
+	t.Logf("release -> wake: median %v, max %v (20 hand-offs)", median, worst)
+	if median > 100*time.Millisecond {
+		t.Fatalf("release -> wake median %v, want well under 100ms", median)
+	}
+	// A watch that was stopped is never woken, and Close stops everything.
+	stop()
+	cycle()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ch2, stop2 := s.WatchRelease(k) // after Close: registers nothing
+	defer stop2()
+	cycle()
+	select {
+	case <-ch2:
+		t.Fatal("a watch registered after Close was woken")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
