@@ -75,10 +75,10 @@ func TestFaultCutAfterRequest(t *testing.T) {
 		k := leaseapi.MustKey("cut", fmt.Sprint("k", i))
 		owner := fmt.Sprint("owner-", i)
 		warm()
-		px.set(modeCutAfterRequest)
+		cut := px.CutAfterRequest()
 		_, err := s.TryAcquire(ctx, k, owner, time.Minute)
 		wantKind(t, "TryAcquire cut after send", err, leaseapi.ErrAmbiguousOutcome)
-		px.waitCut(t)
+		waitCut(t, cut)
 		got, _ := rowOwner(t, direct, opts, k)
 		warm()
 		rec, held, err := s.Inspect(ctx, k)
@@ -94,8 +94,9 @@ func TestFaultCutAfterRequest(t *testing.T) {
 			wantKind(t, "TryAcquire by another owner after a committed ambiguous acquire", err, leaseapi.ErrContended)
 			// The ambiguous holder adopts its grant and can release it.
 			warm()
-			px.set(modeCutAfterRequest)
+			cut := px.CutAfterRequest()
 			wantKind(t, "Release cut after send", s.Release(ctx, rec), leaseapi.ErrAmbiguousOutcome)
+			waitCut(t, cut)
 			warm()
 			if err := s.Release(ctx, rec); err != nil {
 				t.Fatalf("Release retry after an ambiguous release: got %v, want nil", err)
@@ -104,7 +105,7 @@ func TestFaultCutAfterRequest(t *testing.T) {
 			t.Fatalf("uncommitted acquisition: Inspect reports a holder")
 		}
 	}
-	if px.cutCount() == 0 {
+	if px.Stats().Cuts == 0 {
 		t.Fatal("the proxy cut nothing")
 	}
 	t.Logf("%d of 6 cut acquisitions had committed", committed)
@@ -117,9 +118,10 @@ func TestFaultCutAfterRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	warm()
-	px.set(modeCutAfterRequest)
+	cut := px.CutAfterRequest()
 	_, err = s.Renew(ctx, rec, 2*time.Minute)
 	wantKind(t, "Renew cut after send", err, leaseapi.ErrAmbiguousOutcome)
+	waitCut(t, cut)
 	warm()
 	if err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate after an ambiguous renew: got %v, want nil", err)
@@ -140,7 +142,7 @@ func TestFaultBlackhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px.set(modeBlackhole)
+	px.Blackhole()
 	const bound = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
@@ -173,8 +175,8 @@ func TestFaultBlackhole(t *testing.T) {
 		}
 	}
 	// Heal: stale connections are reset, new ones pass.
-	px.set(modePass)
-	px.resetAll()
+	px.Pass()
+	px.ResetAll()
 	var last error
 	for range 10 {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

@@ -4,8 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,40 +14,32 @@ import (
 
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/internal/testenv"
+	"github.com/leasekit/lease/internal/testserver"
 )
-
-const envURL = "LEASE_TEST_POSTGRES_URL"
 
 var (
-	serverURL  string // the database every test uses; "" when none
-	serverErr  error
-	serverStop = func() {}
+	serverURL  string // the database every test uses
+	serverSkip string // why the tests that need it skip ("" = run)
 )
 
+// TestMain finds or starts the shared server (testserver.Postgres:
+// LEASE_TEST_POSTGRES_URL, else a private cluster), checks that no goroutine
+// outlives the tests, then stops the server.
 func TestMain(m *testing.M) {
-	serverURL = os.Getenv(envURL)
-	code := func() int {
-		defer serverStop()
-		goleak.VerifyTestMain(wrapM{m}, testenv.IgnoredLeaks...)
-		return 0
-	}()
-	os.Exit(code)
+	url, stop, err := testserver.Postgres()
+	serverURL = url
+	serverSkip = testserver.SkipReason("postgres", testserver.EnvPostgresURL, err)
+	opts := append(slices.Clone(testenv.IgnoredLeaks), testserver.StopAtExit(stop))
+	goleak.VerifyTestMain(m, opts...)
 }
 
-// wrapM lets TestMain stop the server after goleak's check.
-type wrapM struct{ m *testing.M }
-
-func (w wrapM) Run() int { return w.m.Run() }
-
-// dbURL returns the test database URL or skips (fails when
-// LEASE_REQUIRE_BACKENDS=1) naming the variable.
+// dbURL returns the test database URL or skips tb naming
+// LEASE_TEST_POSTGRES_URL (TestMain already failed the run if
+// LEASE_REQUIRE_BACKENDS=1).
 func dbURL(tb testing.TB) string {
 	tb.Helper()
-	if serverURL == "" {
-		if testenv.RequireBackends() {
-			tb.Fatalf("no PostgreSQL server: set %s (LEASE_REQUIRE_BACKENDS=1)", envURL)
-		}
-		tb.Skipf("no PostgreSQL server: set %s", envURL)
+	if serverSkip != "" {
+		tb.Skip(serverSkip)
 	}
 	return serverURL
 }
@@ -69,11 +60,6 @@ func newPool(tb testing.TB, url string, tweak ...func(*pgxpool.Config)) *pgxpool
 	}
 	tb.Cleanup(pool.Close)
 	return pool
-}
-
-var adminOnce struct {
-	sync.Mutex
-	pool *pgxpool.Pool
 }
 
 // randomSchema returns a fresh schema name and drops that schema when tb
