@@ -1,2 +1,174 @@
-// Package valkey is the Valkey/Redis backend of lease, built on valkey-go.
+// Package valkey is the Valkey and Redis backend of lease, built on
+// valkey-go. It needs Valkey 7.2+ or Redis 7.0+ (script shebangs, TIME in
+// effect-replicated scripts), standalone, behind Sentinel or as a Cluster.
+//
+//	client, err := vk.NewClient(vk.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+//	...
+//	store, err := valkey.New(client, valkey.Options{Prefix: "myapp"})
+//	...
+//	defer store.Close() // stops the release subscription, if any
+//
+// (vk is github.com/valkey-io/valkey-go.) The [Store] implements
+// leaseapi.Backend, Inspector, ReleaseWatcher and BatchRenewer; hand it to
+// the runtime's Client.
+//
+// # Guarantees
+//
+//   - One round trip, one script per operation. TryAcquire, Renew,
+//     Validate, Release, Inspect and Guard are each one Lua script run with
+//     EVALSHA (EVAL after NOSCRIPT, which proves the first attempt did not
+//     run). Scripts run atomically on the server, so check and change are
+//     one step. Nothing that changes state is ever resent after a failure.
+//   - Server time. Each script reads the server's TIME once, in
+//     microseconds; liveness ("expires > now") is decided inside the script
+//     from that reading, and AcquiredAt/ExpiresAt of a returned record are
+//     that reading and that reading + TTL (TTL truncated to the microsecond),
+//     so ExpiresAt - AcquiredAt is the granted TTL exactly. The server's key
+//     expiry (PEXPIREAT, set just after the grant's expiry) only cleans up.
+//   - Fencing tokens strictly increase per key across release, expiry and
+//     client reconnects: the counter key is incremented by every
+//     acquisition and is never deleted, expired or decremented by this
+//     package. How it survives server restarts and failovers is the next
+//     section but one.
+//   - Compare-and-act: Renew, Validate, Release and Guard compare owner AND
+//     token inside the script. Release is idempotent for the key's latest
+//     grant and refuses ([leaseapi.ErrStaleOwner]) once a later grant exists.
+//     TryAcquire by the holder itself is [leaseapi.ErrContended].
+//   - Reads go to the primary: Validate and Inspect use EVALSHA (not
+//     EVALSHA_RO), so a lagging replica can never confirm a released lease.
+//
+// # Key layout
+//
+// A lease key "ns/name" under prefix P owns two server keys sharing the hash
+// tag {P:E}, where E is "ns/name" with '%', '{', '}' and ':' escaped as %25,
+// %7B, %7D and %3A (so a key's own braces cannot end the tag early, and no
+// two (prefix, key) pairs share a tag):
+//
+//	{P:E}:lease         hash: owner, token, acquired, expires (µs since the
+//	                    epoch, server time); deleted by Release, expired by
+//	                    the server 1ms after the grant's expiry
+//	{P:E}:token         string: the last token issued; never expires
+//	{P:E}:cache:NAME    Guard's cache values ([Store.CacheKey])
+//
+// Every script touches keys of one tag only, so every operation works on a
+// Valkey/Redis Cluster without CROSSSLOT errors (the script shebang also
+// makes the server enforce it). Nothing lists keys: there is no KEYS or
+// SCAN anywhere. [Store.Keys] returns the two names for operators' tools.
+//
+// Release notification: the release script PUBLISHes E on the channel
+// "P:released". Each Store holds at most one SUBSCRIBE to its prefix's
+// channel, started lazily by the first WatchRelease, and fans messages out
+// to per-key watchers; releases through the same Store are also delivered
+// to its own watchers at once, without the round trip. Classic PUBLISH was
+// chosen over SPUBLISH: in a Cluster it is forwarded to every node, so one
+// subscription on any node sees every release, whereas sharded pub/sub
+// would need a subscription per slot owner and per watched key. The cost is
+// that each release is broadcast over the cluster bus; at lease release
+// rates that is negligible. The payload names the key (as the key names in
+// the keyspace do): use ACLs if that matters.
+//
+// # Guarded cache publication
+//
+// [Store.Guard] writes a value under a key made by [Store.CacheKey] only if
+// the given record (owner and token) is still the lease's live grant, by
+// server time, in one script. A holder that lost its lease (expired,
+// released, taken over: [leaseapi.ErrStaleOwner]) writes nothing, so a
+// paused or partitioned former holder cannot overwrite what its successor
+// published. The cache key shares the lease's hash tag, so it lives on the
+// lease's cluster slot; readers GET it directly.
+//
+// # Durability of fencing tokens
+//
+// The token counter is an ordinary string key: it is exactly as durable as
+// the server's dataset, and a token that the server forgets can be issued
+// again, which breaks fencing (two grants with the same token, or a new
+// holder whose token is lower than one a resource has already accepted).
+//
+//   - No persistence (save "" and appendonly no): a restart forgets every
+//     counter; tokens start again at 1. Do not use this for fencing.
+//   - RDB snapshots only: a restart goes back to the last snapshot, losing
+//     the tokens issued since.
+//   - AOF with appendfsync everysec (the usual setting): a clean shutdown
+//     keeps everything; a crash of the server or machine loses up to about
+//     a second (two in the worst case) of acquisitions.
+//   - AOF with appendfsync always: every acknowledged acquisition is on disk
+//     before its reply is sent; tokens never go backwards across restarts of
+//     that server (tested: kill -9 and restart).
+//   - Replication is asynchronous. A failover (Sentinel or Cluster)
+//     promotes a replica that may lack the latest acquisitions: tokens the
+//     old primary issued can be issued again, and a lease granted or renewed
+//     just before the failover may be missing, so a second holder can get it
+//     while the first still believes it holds it. Set
+//     [Options.WaitReplicas] to N so that TryAcquire returns only after N
+//     replicas acknowledged the acquisition (WAIT on the same connection);
+//     the token then survives the failover to any of those replicas (the
+//     usual choice of Sentinel and Cluster, which promote the most
+//     up-to-date replica, but WAIT does not make the store strongly
+//     consistent). An acquisition acknowledged by fewer replicas within
+//     [Options.WaitTimeout] is released again (best effort) and fails with
+//     [leaseapi.ErrBackendUnavailable], never with ErrAmbiguousOutcome: the
+//     runtime answers an ambiguous acquisition by adopting the grant if it
+//     finds it, and a grant that is not durable must not be adopted. Renew
+//     and Release do not wait, so a lease itself (as opposed to its token)
+//     is not failover-safe: protect the resource with the token.
+//   - Eviction: with maxmemory, use maxmemory-policy noeviction. An allkeys-*
+//     policy can evict token counters (tokens restart); a volatile-* policy
+//     can evict live lease hashes (a second holder). The server refuses
+//     acquisitions when it is out of memory under noeviction
+//     ([leaseapi.ErrBackendUnavailable]).
+//   - FLUSHALL, FLUSHDB or deleting the keys by hand resets tokens.
+//
+// # Failure handling
+//
+// Errors are classified once, by type (never by message text), and carry
+// no key, owner, address or server text:
+//
+//   - a context already done before the call: [leaseapi.ErrCanceled] or
+//     [leaseapi.ErrTimeout], nothing sent;
+//   - a failed dial, no node known for the slot: nothing was sent,
+//     [leaseapi.ErrBackendUnavailable];
+//   - an error reply from the server (LOADING, BUSY, OOM, READONLY, MOVED
+//     after valkey-go's own redirection, CLUSTERDOWN...): the script did not
+//     run or wrote nothing (every script checks before its first write, and
+//     the shebang makes the server refuse OOM, replica and slot violations
+//     before the script starts), [leaseapi.ErrBackendUnavailable];
+//   - anything else once the call started (the context ended, the
+//     connection was reset, an I/O timeout): for a mutation (TryAcquire,
+//     Renew, Release, Guard, RenewBatch) [leaseapi.ErrAmbiguousOutcome],
+//     since it may have run; for a read (Validate, Inspect)
+//     [leaseapi.ErrBackendUnavailable]. valkey-go does not report whether a
+//     command reached the wire, so a connection that breaks during its
+//     set-up is also reported as ambiguous for a mutation: a conservative
+//     answer, it costs at most a TTL of waiting, never safety.
+//
+// Every call is bounded by its context only: give each one a deadline (the
+// runtime's OperationTimeout does). valkey-go detects a connection whose
+// replies stopped after ClientOption.ConnWriteTimeout (default about 10s);
+// until then calls on it time out by their contexts. Set it to a few times
+// your operation timeout for faster recovery after a partition.
+//
+// Release notification is best effort: a watch may miss a release while
+// the subscription is down (its waiter retries after its retry interval);
+// when the subscription drops or is confirmed again after a reconnection,
+// every watch is woken once, since it may have missed one. Expiry is not
+// notified.
+//
+// # What this package does not do
+//
+//   - It is not Redlock: one primary (per shard) is the authority, with the
+//     durability above. There is no quorum over independent servers.
+//   - It does not retry, reconnect or close the client: valkey-go
+//     reconnects by itself; the caller owns the client and closes it after
+//     [Store.Close].
+//   - It never deletes token counters, so each distinct lease key ever
+//     acquired keeps one small key (about 60 bytes plus the key) forever;
+//     a program that acquires unboundedly many distinct keys grows
+//     accordingly, as with the memory backend.
+//   - Once the server has cleaned up an expired, unreleased grant, Release
+//     of that grant's token returns nil whoever the owner (only the counter
+//     remains, and it proves no later grant exists; nothing is changed).
+//     Before the cleanup, and for live grants, another owner's Release is
+//     [leaseapi.ErrStaleOwner], as with the memory backend.
+//   - No SPUBLISH, no client-side caching, no Lua functions (FUNCTION LOAD):
+//     scripts are cached per server by EVALSHA.
 package valkey

@@ -334,3 +334,38 @@ func TestRestartWithoutPersistenceLosesTokens(t *testing.T) {
 		t.Fatalf("token after a restart without persistence: got %d; the doc says it starts again at 1", rec.Token)
 	}
 }
+
+func TestWatchersWokenOnReconnect(t *testing.T) {
+	addr := serverAddr(t)
+	p, waiter, holder := proxied(t, addr)
+	warmWatch(t, waiter, holder)
+	k := leaseapi.MustKey("ns", "reconnect")
+	ch, stop := waiter.WatchRelease(k)
+	defer stop()
+
+	// The subscription's connection dies: releases may be missed while it
+	// is down, so every watch is woken once.
+	p.ResetAll()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch not woken after the subscription's connection was reset")
+	}
+	// The subscription comes back by itself and delivers again.
+	rec := acquireOK(t, holder, k)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := holder.Release(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no notification after the subscription came back")
+		}
+		rec = acquireOK(t, holder, k)
+	}
+}
