@@ -1,0 +1,144 @@
+package valkey_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/testserver"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// signalSleeper is the real sleeper plus a signal each time a waiter starts
+// sleeping, so a test knows the waiter is parked on its release watch.
+type signalSleeper struct{ sleeping chan struct{} }
+
+func (s signalSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	select {
+	case s.sleeping <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func newRuntime(t *testing.T, b leaseapi.Backend, o runtime.ClientOptions) *runtime.Client {
+	t.Helper()
+	c, err := runtime.NewClient(b, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
+}
+
+// TestRuntimeHandoff: a waiter in Client.Acquire, in another client and
+// process-like Store, holds the lease within a few milliseconds of the
+// holder's release, although its retry interval is 1s.
+func TestRuntimeHandoff(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	sa := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	sb := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, sb, sa)
+	sleeper := signalSleeper{sleeping: make(chan struct{}, 1)}
+	ca := newRuntime(t, sa, runtime.ClientOptions{})
+	cb := newRuntime(t, sb, runtime.ClientOptions{Sleeper: sleeper})
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: 5 * time.Second, Retry: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("ns", "runtime-handoff")
+	for range 5 {
+		h, err := ca.Acquire(t.Context(), k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			h   *runtime.Handle
+			err error
+			at  time.Time
+		}
+		got := make(chan result, 1)
+		go func() {
+			h, err := cb.Acquire(t.Context(), k, p)
+			got <- result{h, err, time.Now()}
+		}()
+		<-sleeper.sleeping // the waiter lost its first attempt and waits
+		start := time.Now()
+		if err := h.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		lat := r.at.Sub(start)
+		t.Logf("release -> waiter holds the lease: %v", lat)
+		if lat > 100*time.Millisecond {
+			t.Fatalf("handoff took %v, want < 100ms with a 1s retry interval", lat)
+		}
+		if r.h.Token() <= h.Token() {
+			t.Fatalf("token: got %d, want > %d", r.h.Token(), h.Token())
+		}
+		if err := r.h.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRuntimeRenewalFailsClosedDuringPause: with the server paused, managed
+// renewal gets no reply within OperationTimeout and the handle stops
+// admitting (Uncertain) before its local deadline.
+func TestRuntimeRenewalFailsClosedDuringPause(t *testing.T) {
+	srv := privateServer(t, testserver.RedisOptions{})
+	s := newStore(t, newClient(t, srv.Addr()), valkey.Options{})
+	c := newRuntime(t, s, runtime.ClientOptions{})
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+		TTL: time.Second, SafetyMargin: 100 * time.Millisecond,
+		RenewEvery: 150 * time.Millisecond, OperationTimeout: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Acquire(t.Context(), leaseapi.MustKey("ns", "runtime-pause"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.StartManaged(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Stop(context.Background()) }()
+	if _, err := srv.Do("CLIENT", "PAUSE", "1500", "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := h.Deadline()
+	for h.State() == leaseapi.StateActive {
+		if time.Now().After(deadline) {
+			t.Fatal("still active at the local deadline")
+		}
+		time.Sleep(5 * time.Millisecond) // polling an atomic view, not ordering goroutines
+	}
+	if now := time.Now(); !now.Before(deadline) {
+		t.Fatalf("left Active at %v, after the deadline %v", now, deadline)
+	}
+	if st := h.State(); st != leaseapi.StateUncertain && st != leaseapi.StateExpired {
+		t.Fatalf("state during the pause: got %v, want uncertain (or expired)", st)
+	}
+	t.Logf("left Active %v before the local deadline; state %v", time.Until(deadline), h.State())
+}
