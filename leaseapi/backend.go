@@ -113,3 +113,13 @@ type Sleeper interface {
 type RetrySource interface {
 	Jitter(max time.Duration) time.Duration
 }
+
+// NonBlocking is an optional [Backend] capability: a backend whose
+// operations complete in process without waiting on I/O (the memory
+// backend) reports NeverBlocks() == true, and the runtime then skips the
+// OperationTimeout timer around its calls, which could never fire. Context
+// cancellation is still honoured. Wrappers forward their inner backend's
+// answer; anything that can wait must report false.
+type NonBlocking interface {
+	NeverBlocks() bool
+}

@@ -129,7 +129,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		return nil, leaseapi.Wrap(err, op)
 	}
 	sentAt := c.clk.Now()
-	octx, cancel := c.clk.WithTimeout(ctx, p.OperationTimeout())
+	octx, cancel := c.opContext(ctx, p)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
 	if err != nil {
@@ -172,7 +172,7 @@ func (c *Client) resolve(ctx context.Context, key leaseapi.Key, owner string, p 
 	if c.inspector == nil {
 		return leaseapi.Record{}, ambiguous
 	}
-	ictx, cancel := c.clk.WithTimeout(ctx, p.OperationTimeout())
+	ictx, cancel := c.opContext(ctx, p)
 	defer cancel()
 	rec, held, err := c.inspector.Inspect(ictx, key)
 	switch {
@@ -192,7 +192,7 @@ func (c *Client) releaseQuietly(rec leaseapi.Record, p leaseapi.Policy) {
 	if rec.Check() != nil {
 		return
 	}
-	ctx, cancel := c.clk.WithTimeout(context.Background(), p.OperationTimeout())
+	ctx, cancel := c.opContext(context.Background(), p)
 	defer cancel()
 	_ = c.b.Release(ctx, rec)
 }

@@ -52,6 +52,9 @@ type Client struct {
 	b         leaseapi.Backend
 	inspector leaseapi.Inspector      // nil if the backend cannot inspect
 	watcher   leaseapi.ReleaseWatcher // nil if the backend cannot notify
+	// unbounded: the backend never blocks (leaseapi.NonBlocking), so its
+	// calls need no OperationTimeout timer.
+	unbounded bool
 	clk       clock.Clock
 	owners    leaseapi.OwnerSource
 	sleeper   leaseapi.Sleeper
@@ -100,6 +103,9 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	}
 	c.inspector, _ = b.(leaseapi.Inspector)
 	c.watcher, _ = b.(leaseapi.ReleaseWatcher)
+	if nb, ok := b.(leaseapi.NonBlocking); ok {
+		c.unbounded = nb.NeverBlocks()
+	}
 	if c.clk == nil {
 		c.clk = clock.New()
 	}
@@ -152,6 +158,8 @@ func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt time.Ti
 		Life:    c.life,
 		Managed: &c.managed,
 		OnExit:  c.unregister,
+
+		Unbounded: c.unbounded,
 	})
 	c.sups[s] = struct{}{}
 	return s, true
@@ -232,6 +240,15 @@ func (g *gate) Enter() bool {
 }
 
 func (g *gate) Leave() { g.n.Add(-1) }
+
+// opContext bounds one backend call by the policy's OperationTimeout,
+// unless the backend never blocks.
+func (c *Client) opContext(ctx context.Context, p leaseapi.Policy) (context.Context, context.CancelFunc) {
+	if c.unbounded {
+		return ctx, func() {}
+	}
+	return c.clk.WithTimeout(ctx, p.OperationTimeout())
+}
 
 // clockSleeper is the default Sleeper: a timer on the client's clock.
 type clockSleeper struct{ clk clock.Clock }

@@ -149,6 +149,13 @@ func (ob *ObservedBackend) Inspect(ctx context.Context, k leaseapi.Key) (leaseap
 	return rec, held, err
 }
 
+// NeverBlocks implements leaseapi.NonBlocking by asking the wrapped
+// backend. Observers run on the calling goroutine; they must not block.
+func (ob *ObservedBackend) NeverBlocks() bool {
+	nb, ok := ob.b.(leaseapi.NonBlocking)
+	return ok && nb.NeverBlocks()
+}
+
 // WatchRelease implements leaseapi.ReleaseWatcher; if the wrapped backend
 // cannot notify, the channel never fires (waiters fall back to their retry
 // timer).

@@ -81,11 +81,12 @@ func (s *Supervisor) step(ev event) error {
 	if call {
 		out = s.callBackend(s.cfg.Life, ev, v)
 	}
-	next, rep2 := transition(v, ev, out, clk.Now(), s.cfg.Policy)
+	now := clk.Now()
+	next, rep2 := transition(v, ev, out, now, s.cfg.Policy)
 	if call || rep == nil {
 		rep = rep2
 	}
-	s.publish(next, ev, out)
+	s.publish(next, ev, out, now)
 	return rep
 }
 
@@ -99,8 +100,12 @@ func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outco
 	if ev == evRenew || ev == evValidate {
 		timeout = min(timeout, v.Deadline.Sub(sentAt))
 	}
-	ctx, cancel := clk.WithTimeout(parent, timeout)
-	defer cancel()
+	ctx := parent
+	if !s.cfg.Unbounded {
+		var cancel context.CancelFunc
+		ctx, cancel = clk.WithTimeout(parent, timeout)
+		defer cancel()
+	}
 	out := outcome{called: true, sentAt: sentAt}
 	switch ev {
 	case evRenew:
@@ -119,10 +124,9 @@ func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outco
 // publish stores the next view, then re-arms the timers and delivers a loss
 // for it. Side effects follow the store so that any reader woken by them
 // sees the new view.
-func (s *Supervisor) publish(next View, ev event, out outcome) {
+func (s *Supervisor) publish(next View, ev event, out outcome, now time.Time) {
 	prev := s.view.Load()
 	s.view.Store(&next)
-	now := s.cfg.Clock.Now()
 	if next.State.Terminal() {
 		return // exit stops the timers and settles the loss channel
 	}

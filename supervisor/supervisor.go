@@ -68,6 +68,9 @@ type Config struct {
 	// OnExit, if set, is called once from the supervisor goroutine after
 	// the final view is published and Done is closed.
 	OnExit func(*Supervisor)
+	// Unbounded skips the OperationTimeout timer around backend calls, for
+	// a backend that never blocks (leaseapi.NonBlocking).
+	Unbounded bool
 }
 
 type request uint8
@@ -85,6 +88,9 @@ type reply struct {
 	loss <-chan Loss // set by a successful reqStartManaged
 }
 
+// call is one request with its reply channel. Reply channels are not
+// pooled: a channel shared across testing/synctest bubbles would crash the
+// tests of every user who runs this library inside synctest.
 type call = mailbox.Call[request, reply]
 
 // inboxSize bounds queued requests per lease; senders wait (honouring ctx)

@@ -34,8 +34,8 @@ type Options struct {
 }
 
 // Store is the memory backend. It implements [leaseapi.Backend],
-// [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
-// [leaseapi.BatchRenewer]. It is safe for concurrent use and starts no
+// [leaseapi.Inspector], [leaseapi.ReleaseWatcher],
+// [leaseapi.BatchRenewer] and [leaseapi.NonBlocking]. It is safe for concurrent use and starts no
 // goroutine, so it needs no Close.
 type Store struct {
 	clk leaseapi.Clock
@@ -74,6 +74,10 @@ func New(o Options) (*Store, error) {
 		watches: make(map[leaseapi.Key]map[*watch]struct{}),
 	}, nil
 }
+
+// NeverBlocks implements [leaseapi.NonBlocking]: every operation is one
+// short critical section.
+func (s *Store) NeverBlocks() bool { return true }
 
 func (e *entry) live(now time.Time) bool {
 	return e.owner != "" && now.Before(e.expiresAt)
