@@ -11,3 +11,6 @@ var KeyHash = keyHash
 
 // Classify exposes classify to the table test.
 var Classify = classify
+
+// SchemaOf returns the store's schema name.
+func SchemaOf(s *Store) string { return s.n.schema }
