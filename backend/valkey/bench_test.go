@@ -1,0 +1,314 @@
+package valkey_test
+
+import (
+	"context"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Run with: go test -run '^$' -bench . -count 6 ./backend/valkey
+// and compare BenchmarkRawPair with BenchmarkStorePair using benchstat.
+
+const benchTTL = 10 * time.Second
+
+// rawPair runs the acquire and release scripts through valkey-go directly,
+// with the same keys, arguments and result decoding a Store does, minus
+// the Store's validation and error classification.
+type rawPair struct {
+	c                vk.Client
+	s                *valkey.Store
+	prefix           string
+	acquire, release *vk.Lua
+}
+
+func (r *rawPair) run(ctx context.Context, b *testing.B, k leaseapi.Key) {
+	lk, tk := r.s.Keys(k)
+	vals, err := r.acquire.Exec(ctx, r.c, []string{lk, tk}, []string{ownerA, strconv.FormatInt(benchTTL.Microseconds(), 10)}).AsIntSlice()
+	if err != nil || len(vals) != 4 || vals[0] != 1 {
+		b.Fatalf("raw acquire: %v %v", vals, err)
+	}
+	rec := leaseapi.Record{Key: k, Owner: ownerA, Token: leaseapi.Token(vals[1]),
+		AcquiredAt: time.UnixMicro(vals[2]), ExpiresAt: time.UnixMicro(vals[3])}
+	vals, err = r.release.Exec(ctx, r.c, []string{lk, tk},
+		[]string{ownerA, strconv.FormatUint(uint64(rec.Token), 10), r.prefix + ":released", k.String()}).AsIntSlice()
+	if err != nil || len(vals) != 1 || vals[0] != 1 {
+		b.Fatalf("raw release: %v %v", vals, err)
+	}
+}
+
+func storePair(ctx context.Context, b *testing.B, s *valkey.Store, k leaseapi.Key) {
+	rec, err := s.TryAcquire(ctx, k, ownerA, benchTTL)
+	if err != nil {
+		b.Fatalf("TryAcquire: %v", err)
+	}
+	if err := s.Release(ctx, rec); err != nil {
+		b.Fatalf("Release: %v", err)
+	}
+}
+
+// benchKeys returns n distinct keys, so parallel goroutines never contend.
+func benchKeys(n int) []leaseapi.Key {
+	keys := make([]leaseapi.Key, n)
+	for i := range keys {
+		keys[i] = leaseapi.MustKey("bench", "k"+strconv.Itoa(i))
+	}
+	return keys
+}
+
+// pairBench runs pair serially and with 64 goroutines (SetParallelism over
+// GOMAXPROCS), each goroutine on its own key.
+func pairBench(b *testing.B, pair func(ctx context.Context, b *testing.B, k leaseapi.Key)) {
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		k := leaseapi.MustKey("bench", "serial")
+		for b.Loop() {
+			pair(ctx, b, k)
+		}
+	})
+	b.Run("parallel64", func(b *testing.B) {
+		b.ReportAllocs()
+		keys := benchKeys(1024)
+		var next atomic.Int64
+		procs := max(1, 64/testingGOMAXPROCS())
+		b.SetParallelism(procs)
+		b.RunParallel(func(pb *testing.PB) {
+			k := keys[int(next.Add(1)-1)%len(keys)]
+			for pb.Next() {
+				pair(ctx, b, k)
+			}
+		})
+	})
+}
+
+func testingGOMAXPROCS() int {
+	n := runtimeGOMAXPROCS()
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+func BenchmarkRawPair(b *testing.B) {
+	c := newClient(b, serverAddr(b))
+	prefix := uniquePrefix()
+	r := &rawPair{
+		c: c, s: newStore(b, c, valkey.Options{Prefix: prefix}), prefix: prefix,
+		acquire: vk.NewLuaScript(valkey.SrcAcquire), release: vk.NewLuaScript(valkey.SrcRelease),
+	}
+	pairBench(b, r.run)
+}
+
+func BenchmarkStorePair(b *testing.B) {
+	c := newClient(b, serverAddr(b))
+	s := newStore(b, c, valkey.Options{})
+	pairBench(b, func(ctx context.Context, b *testing.B, k leaseapi.Key) { storePair(ctx, b, s, k) })
+}
+
+// BenchmarkHandoff measures release -> notified for a watcher on another
+// client and Store (through the server's pub/sub), and reports the p50.
+func BenchmarkHandoff(b *testing.B) {
+	addr := serverAddr(b)
+	prefix := uniquePrefix()
+	holder := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
+	waiter := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
+	warmWatchB(b, waiter, holder)
+	ctx := context.Background()
+	k := leaseapi.MustKey("bench", "handoff")
+	var lat []time.Duration
+	for b.Loop() {
+		rec, err := holder.TryAcquire(ctx, k, ownerA, benchTTL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ch, stop := waiter.WatchRelease(k)
+		start := time.Now()
+		if err := holder.Release(ctx, rec); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(2 * time.Second):
+			b.Fatal("no notification")
+		}
+		lat = append(lat, time.Since(start))
+		stop()
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func warmWatchB(b *testing.B, s, pub *valkey.Store) {
+	k := leaseapi.MustKey("ns", "warm-up")
+	ch, stop := s.WatchRelease(k)
+	defer stop()
+	for range 100 {
+		rec, err := pub.TryAcquire(context.Background(), k, ownerA, time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pub.Release(context.Background(), rec); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-ch:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	b.Fatal("subscription not live")
+}
+
+// cpuTime is this process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the server's used_cpu_sys + used_cpu_user.
+func serverCPU(b *testing.B, c vk.Client) time.Duration {
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+		i := indexOf(info, f)
+		if i < 0 {
+			continue
+		}
+		j := i + len(f)
+		e := j
+		for e < len(info) && (info[e] == '.' || info[e] >= '0' && info[e] <= '9') {
+			e++
+		}
+		v, _ := strconv.ParseFloat(info[j:e], 64)
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+const batchLeases = 10_000
+
+// acquireMany acquires n leases with 64 concurrent callers.
+func acquireMany(b *testing.B, s *valkey.Store, n int) []leaseapi.RenewRequest {
+	keys := benchKeys(n)
+	reqs := make([]leaseapi.RenewRequest, n)
+	var next atomic.Int64
+	errs := make(chan error, 64)
+	for range 64 {
+		go func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					errs <- nil
+					return
+				}
+				rec, err := s.TryAcquire(context.Background(), keys[i], ownerA, time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				reqs[i] = leaseapi.RenewRequest{Record: rec, TTL: time.Minute}
+			}
+		}()
+	}
+	for range 64 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return reqs
+}
+
+// BenchmarkRenewBatch10k renews 10,000 leases per op with one RenewBatch
+// (pipelined scripts) and reports renewals/s and CPU per renewal in this
+// process and in the server.
+func BenchmarkRenewBatch10k(b *testing.B) {
+	c := newClient(b, serverAddr(b))
+	s := newStore(b, c, valkey.Options{})
+	reqs := acquireMany(b, s, batchLeases)
+	ctx := context.Background()
+	b.ReportAllocs()
+	cpu0, srv0, start := cpuTime(), serverCPU(b, c), time.Now()
+	n := 0
+	for b.Loop() {
+		for i, r := range s.RenewBatch(ctx, reqs) {
+			if r.Err != nil {
+				b.Fatalf("element %d: %v", i, r.Err)
+			}
+		}
+		n += batchLeases
+	}
+	el := time.Since(start)
+	cpu, srv := cpuTime()-cpu0, serverCPU(b, c)-srv0
+	b.ReportMetric(float64(n)/el.Seconds(), "renewals/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "client-cpu-ns/renewal")
+	b.ReportMetric(float64(srv.Nanoseconds())/float64(n), "server-cpu-ns/renewal")
+}
+
+// BenchmarkRenewConcurrent10k renews the same 10,000 leases with
+// individual Renew calls from 64 goroutines (valkey-go pipelines concurrent
+// calls on its connections), for comparison with RenewBatch.
+func BenchmarkRenewConcurrent10k(b *testing.B) {
+	c := newClient(b, serverAddr(b))
+	s := newStore(b, c, valkey.Options{})
+	reqs := acquireMany(b, s, batchLeases)
+	ctx := context.Background()
+	b.ReportAllocs()
+	cpu0, srv0, start := cpuTime(), serverCPU(b, c), time.Now()
+	n := 0
+	for b.Loop() {
+		var next atomic.Int64
+		errs := make(chan error, 64)
+		for range 64 {
+			go func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(reqs) {
+						errs <- nil
+						return
+					}
+					if _, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		for range 64 {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		n += batchLeases
+	}
+	el := time.Since(start)
+	cpu, srv := cpuTime()-cpu0, serverCPU(b, c)-srv0
+	b.ReportMetric(float64(n)/el.Seconds(), "renewals/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "client-cpu-ns/renewal")
+	b.ReportMetric(float64(srv.Nanoseconds())/float64(n), "server-cpu-ns/renewal")
+}
+
+func runtimeGOMAXPROCS() int { return goruntime.GOMAXPROCS(0) }
