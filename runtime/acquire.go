@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 
+	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -129,6 +130,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		return nil, leaseapi.Wrap(err, op)
 	}
 	sentAt := c.clk.Now()
+	resolved := false
 	octx, cancel := c.opContext(ctx, p)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
@@ -143,6 +145,10 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		if err != nil {
 			return nil, err
 		}
+		resolved = true
+	}
+	if mutant.On(mutant.DeadlineFromReply) || mutant.On(mutant.AdoptAtResolveTime) && resolved {
+		sentAt = c.clk.Now()
 	}
 	if rec.Key != key || rec.Owner != owner || rec.Token == 0 {
 		// A backend that answers for another grant is broken: fail closed.

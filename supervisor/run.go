@@ -6,6 +6,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -117,6 +118,9 @@ func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outco
 	}
 	if out.err != nil {
 		out.err = leaseapi.Wrap(out.err, ev.String())
+	}
+	if mutant.On(mutant.DeadlineFromReply) {
+		out.sentAt = clk.Now()
 	}
 	return out
 }

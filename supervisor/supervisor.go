@@ -7,6 +7,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/mailbox"
 )
@@ -159,6 +160,9 @@ func (s *Supervisor) State(now time.Time) leaseapi.State {
 	v := s.view.Load()
 	if !v.State.Terminal() && !now.Before(v.Deadline) {
 		return leaseapi.StateExpired
+	}
+	if mutant.On(mutant.UncertainAdmits) && v.State == leaseapi.StateUncertain {
+		return leaseapi.StateActive
 	}
 	return v.State
 }

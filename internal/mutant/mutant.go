@@ -1,0 +1,31 @@
+// Package mutant names the deliberately broken variants of lease that the
+// safety suite must catch ("a checker that cannot fail proves nothing").
+//
+// In a normal build [On] is a constant false and every mutant branch is
+// dead code the compiler removes. Built with the tag leasemutant, On(name)
+// is true for the one mutant named by the environment variable
+// LEASE_MUTANT, so a test can run the same scenarios against a broken
+// library and expect them to fail:
+//
+//	LEASE_MUTANT=deadline-from-reply go test -tags leasemutant ./safety
+package mutant
+
+// The mutants. Each is a single, realistic bug.
+const (
+	// DeadlineFromReply anchors the local deadline at the reply instead of
+	// the send (a slow reply then stretches the trust window).
+	DeadlineFromReply = "deadline-from-reply"
+	// AdoptAtResolveTime adopts a lost acquisition anchored at the
+	// resolving read, as a blind retry of the acquisition would.
+	AdoptAtResolveTime = "adopt-at-resolve-time"
+	// UncertainAdmits lets an Uncertain handle report Active.
+	UncertainAdmits = "uncertain-admits"
+	// RenewWithoutOwnerCheck makes the memory backend renew any live grant
+	// of the key whatever the owner and token.
+	RenewWithoutOwnerCheck = "renew-without-owner-check"
+	// NoFence makes simtest.Resource accept every token.
+	NoFence = "no-fence"
+)
+
+// All lists every mutant, for test drivers.
+var All = []string{DeadlineFromReply, AdoptAtResolveTime, UncertainAdmits, RenewWithoutOwnerCheck, NoFence}
