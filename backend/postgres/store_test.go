@@ -1,0 +1,208 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasekit/lease/backend/postgres"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// TestTokenBound: a key whose token reached 2^63-1 is never wrapped or
+// reused; its next acquisition fails with ErrInvalidState and changes
+// nothing.
+func TestTokenBound(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	s, opts := newStore(t, url, pool)
+	ctx := t.Context()
+	k := leaseapi.MustKey("bound", "k")
+	rec, err := s.TryAcquire(ctx, k, "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{opts.Schema, postgres.DefaultTable}.Sanitize()+" SET token = $1, owner = NULL WHERE key = $2", int64(math.MaxInt64), k.String()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TryAcquire(ctx, k, "next", time.Minute)
+	wantKind(t, "TryAcquire past the token bound", err, leaseapi.ErrInvalidState)
+	got, held, err := s.Inspect(ctx, k)
+	if err != nil || held || got.Token != math.MaxInt64 {
+		t.Fatalf("Inspect at the bound: got (token %d, held %v, %v), want (%d, false, nil)", got.Token, held, err, int64(math.MaxInt64))
+	}
+	// Records with tokens the column cannot hold are never current.
+	huge := rec
+	huge.Token = math.MaxInt64 + 1
+	wantKind(t, "Validate with a token beyond 2^63-1", s.Validate(ctx, huge), leaseapi.ErrStaleOwner)
+	wantKind(t, "Release with a token beyond 2^63-1", s.Release(ctx, huge), leaseapi.ErrStaleOwner)
+}
+
+// TestRenewBatchRepeatedKey: a batch that names a key twice keeps Renew's
+// per-element semantics, in order; a large batch renews every element.
+func TestRenewBatchRepeatedKey(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	s, _ := newStore(t, url, newPool(t, url))
+	ctx := t.Context()
+	a, err := s.TryAcquire(ctx, leaseapi.MustKey("batch", "a"), "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.TryAcquire(ctx, leaseapi.MustKey("batch", "released"), "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, released); err != nil {
+		t.Fatal(err)
+	}
+	res := s.RenewBatch(ctx, []leaseapi.RenewRequest{
+		{Record: a, TTL: time.Minute},
+		{Record: released, TTL: time.Minute},
+		{Record: a, TTL: 2 * time.Minute},
+		{Record: a, TTL: 0},
+	})
+	if res[0].Err != nil || res[2].Err != nil {
+		t.Fatalf("repeated key: got (%v, %v), want both renewed", res[0].Err, res[2].Err)
+	}
+	if got := res[2].Record.GrantedTTL(); got != 2*time.Minute {
+		t.Fatalf("second renewal of the key: granted %v, want 2m", got)
+	}
+	wantKind(t, "released element", res[1].Err, leaseapi.ErrStaleOwner)
+	wantKind(t, "zero ttl element", res[3].Err, leaseapi.ErrInvalidState)
+
+	var reqs []leaseapi.RenewRequest
+	for i := range 500 {
+		r, err := s.TryAcquire(ctx, leaseapi.MustKey("batch", fmt.Sprint("many/", i)), "owner", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, leaseapi.RenewRequest{Record: r, TTL: time.Hour})
+	}
+	for i, r := range s.RenewBatch(ctx, reqs) {
+		if r.Err != nil || r.Record.Token != reqs[i].Record.Token || r.Record.GrantedTTL() != time.Hour {
+			t.Fatalf("element %d: got (%v, token %d, ttl %v)", i, r.Err, r.Record.Token, r.Record.GrantedTTL())
+		}
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, r := range s.RenewBatch(ctx2, reqs[:3]) {
+		wantKind(t, "RenewBatch with a canceled context", r.Err, leaseapi.ErrCanceled)
+	}
+}
+
+// signalSleeper is the real sleeper plus a signal each time a waiter starts
+// sleeping, so a test knows the waiter is parked on its release watch.
+type signalSleeper struct{ sleeping chan struct{} }
+
+func (s signalSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	select {
+	case s.sleeping <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestRuntimeHandoff: a waiter in runtime.Client.Acquire, on another pool
+// and Store (another process, in effect), holds the lease well under 100ms
+// after the holder's release, although its retry interval is 1s.
+func TestRuntimeHandoff(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	sa, opts := newStore(t, url, newPool(t, url))
+	sb, err := postgres.New(newPool(t, url), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	ctx := t.Context()
+
+	// Warm sb's listener: one wake proves it is LISTENing.
+	warm := leaseapi.MustKey("handoff", "warm")
+	ch, stop := sb.WatchRelease(warm)
+	rec, err := sa.TryAcquire(ctx, warm, "warm", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sa.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("listener not ready within 10s")
+	}
+	stop()
+
+	newClient := func(o runtime.ClientOptions, b leaseapi.Backend) *runtime.Client {
+		c, err := runtime.NewClient(b, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = c.Close(ctx)
+		})
+		return c
+	}
+	sleeper := signalSleeper{sleeping: make(chan struct{}, 1)}
+	ca := newClient(runtime.ClientOptions{}, sa)
+	cb := newClient(runtime.ClientOptions{Sleeper: sleeper}, sb)
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: 5 * time.Second, Retry: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("handoff", "k")
+	for range 5 {
+		h, err := ca.Acquire(ctx, k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			h   *runtime.Handle
+			err error
+			at  time.Time
+		}
+		got := make(chan result, 1)
+		go func() {
+			h, err := cb.Acquire(ctx, k, p)
+			got <- result{h, err, time.Now()}
+		}()
+		<-sleeper.sleeping // the waiter lost its first attempt and waits
+		start := time.Now()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		lat := r.at.Sub(start)
+		t.Logf("release -> waiter holds the lease: %v", lat)
+		if lat > 100*time.Millisecond {
+			t.Fatalf("handoff took %v, want < 100ms with a 1s retry interval", lat)
+		}
+		if r.h.Token() <= h.Token() {
+			t.Fatalf("token: got %d, want > %d", r.h.Token(), h.Token())
+		}
+		if err := r.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
