@@ -27,7 +27,10 @@
 //     Record.ExpiresAt - Record.AcquiredAt is exactly the TTL (to the
 //     microsecond: TTLs are sent as bigint microseconds). Expiry is judged
 //     by the server's clock only; the client never compares its clock with
-//     the server's.
+//     the server's. An acquisition that had to wait for the row (a fenced
+//     transaction of the previous holder holds it FOR SHARE) is timed from
+//     its statement's start: the wait shortens the grant, never lengthens
+//     it.
 //   - Tokens are per key, start at 1 and increase by one with every
 //     acquisition. They are stored in a bigint column and are as durable as
 //     the database: they survive release, expiry, client and server
@@ -109,7 +112,11 @@
 //     leaseapi.ErrBackendUnavailable, or the context's error.
 //
 // The Store never retries a mutation. Bound every call with a ctx deadline:
-// a blackholed connection is otherwise only noticed by TCP.
+// a blackholed connection is otherwise only noticed by TCP. Also set a
+// connect timeout on the pool (connect_timeout in the URL, or
+// ConnConfig.ConnectTimeout): pgx has none by default, so connection
+// attempts started during a partition would otherwise hold pool slots
+// until TCP gives up.
 //
 // Release notification uses one dedicated connection per Store, taken out
 // of the pool (Acquire + Hijack) by the first [Store.WatchRelease] and held
