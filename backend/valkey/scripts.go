@@ -72,6 +72,29 @@ redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
 return {1, tonumber(h[2]), now, exp}
 `
 
+// srcRenewBatch: KEYS lease keys; ARGV owner, token, ttl (µs) per key.
+// Returns status, acquired, expires per key (status statusOK or
+// statusStale; times 0 when stale). All checks run before the first write.
+const srcRenewBatch = "#!lua\n" + luaNow + `
+local live = {}
+for i = 1, #KEYS do
+  local h = redis.call('HMGET', KEYS[i], 'owner', 'token', 'expires')
+  live[i] = h[1] and h[1] == ARGV[3*i-2] and h[2] == ARGV[3*i-1] and tonumber(h[3]) > now
+end
+local out = {}
+for i = 1, #KEYS do
+  if live[i] then
+    local exp = now + tonumber(ARGV[3*i])
+    redis.call('HSET', KEYS[i], 'acquired', s(now), 'expires', s(exp))
+    redis.call('PEXPIREAT', KEYS[i], s(math.floor(exp / 1000) + 1))
+    out[3*i-2] = 1; out[3*i-1] = now; out[3*i] = exp
+  else
+    out[3*i-2] = 3; out[3*i-1] = 0; out[3*i] = 0
+  end
+end
+return out
+`
+
 // srcValidate: KEYS lease; ARGV owner, token. Writes nothing.
 // Returns {statusOK} or {statusStale}.
 const srcValidate = "#!lua flags=no-writes\n" + luaNow + `
@@ -147,6 +170,9 @@ var (
 var (
 	shaAcquire = sha1hex(srcAcquire)
 	shaRenew   = sha1hex(srcRenew)
+	// shaRenewBatch is the batched renewal's; the batch has no vk.Lua of
+	// its own since it is always pipelined.
+	shaRenewBatch = sha1hex(srcRenewBatch)
 )
 
 func sha1hex(src string) string {

@@ -363,66 +363,6 @@ func decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string) (leaseapi.
 	return got, nil
 }
 
-// RenewBatch implements [leaseapi.BatchRenewer]: every valid request's
-// renew script is pipelined (EVALSHA through one DoMulti, then EVAL for any
-// that got NOSCRIPT), so renewals due together share round trips: one per
-// server node, however many leases. Each element has exactly the semantics
-// of [Store.Renew]; invalid elements fail alone with
-// [leaseapi.ErrInvalidState] and are not sent. A ctx already done fails
-// every element with its context error. Never retried.
-func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
-	const op = "renew batch"
-	out := make([]leaseapi.RenewResult, len(reqs))
-	if err := ctxCheck(ctx, op); err != nil {
-		for i := range out {
-			out[i].Err = err
-		}
-		return out
-	}
-	idx := make([]int, 0, len(reqs))
-	cmds := make(vk.Commands, 0, len(reqs))
-	b := s.client.B()
-	for i, r := range reqs {
-		if err := checkRenew(r.Record, r.TTL); err != nil {
-			out[i].Err = leaseapi.Wrap(err, op)
-			continue
-		}
-		lk, _ := s.Keys(r.Record.Key)
-		idx = append(idx, i)
-		cmds = append(cmds, b.Evalsha().Sha1(shaRenew).Numkeys(1).Key(lk).
-			Arg(r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL)).Build())
-	}
-	if len(cmds) == 0 {
-		return out
-	}
-	res := s.client.DoMulti(ctx, cmds...)
-	// Resend as EVAL the elements the server did not know the script for
-	// (a restarted or new node): NOSCRIPT means the script did not run.
-	var again []int
-	for j, r := range res {
-		if ve, ok := vk.IsValkeyErr(r.Error()); ok && ve.IsNoScript() {
-			again = append(again, j)
-		}
-	}
-	if len(again) > 0 {
-		retry := make(vk.Commands, 0, len(again))
-		for _, j := range again {
-			r := reqs[idx[j]]
-			lk, _ := s.Keys(r.Record.Key)
-			retry = append(retry, b.Eval().Script(srcRenew).Numkeys(1).Key(lk).
-				Arg(r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL)).Build())
-		}
-		for k, r := range s.client.DoMulti(ctx, retry...) {
-			res[again[k]] = r
-		}
-	}
-	for j, r := range res {
-		i := idx[j]
-		out[i].Record, out[i].Err = decodeRenew(r, reqs[i].Record, op)
-	}
-	return out
-}
-
 // Validate implements [leaseapi.Backend]: nil if rec is the key's live grant
 // by server time, else [leaseapi.ErrStaleOwner]. It writes nothing; a failed
 // call is [leaseapi.ErrBackendUnavailable]. It is sent to the primary (not

@@ -1,0 +1,136 @@
+package valkey
+
+import (
+	"context"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// batchChunk is the most renewals one batch script handles: enough to make
+// the per-call overhead negligible, few enough (about a millisecond of
+// server time) not to stall other clients while it runs.
+const batchChunk = 256
+
+// unit is one script call of a batch: the request indexes it covers, and
+// its keys and arguments.
+type unit struct {
+	elems []int
+	keys  []string
+	args  []string
+}
+
+// RenewBatch implements [leaseapi.BatchRenewer]. Each element has exactly
+// the semantics of [Store.Renew]; results are in request order. Invalid
+// elements fail alone with [leaseapi.ErrInvalidState] and are not sent; a
+// ctx already done fails every element with its context error.
+//
+// Renewals share round trips. On a standalone or Sentinel-managed server,
+// the valid requests go in chunks of up to 256 to one batch script (one
+// TIME reading, all checks before any write) and all chunks are pipelined
+// in one DoMulti: one round trip for any number of leases. With a Cluster
+// client, whose leases live on different slots, each request is its own
+// renew script and the pipeline is split per node: one round trip per node.
+// EVALSHA is resent as EVAL only for the calls answered NOSCRIPT (which did
+// not run). A call whose reply is lost fails its elements with
+// [leaseapi.ErrAmbiguousOutcome]. Never retried.
+func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	const op = "renew batch"
+	out := make([]leaseapi.RenewResult, len(reqs))
+	if err := ctxCheck(ctx, op); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	valid := make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if err := checkRenew(r.Record, r.TTL); err != nil {
+			out[i].Err = leaseapi.Wrap(err, op)
+			continue
+		}
+		valid = append(valid, i)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	chunk := batchChunk
+	src, sha := srcRenewBatch, shaRenewBatch
+	if s.client.Mode() == vk.ClientModeCluster {
+		chunk = 1
+		src, sha = srcRenew, shaRenew
+	}
+	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
+	for start := 0; start < len(valid); start += chunk {
+		elems := valid[start:min(start+chunk, len(valid))]
+		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems))}
+		for _, i := range elems {
+			r := reqs[i]
+			lk, _ := s.Keys(r.Record.Key)
+			u.keys = append(u.keys, lk)
+			u.args = append(u.args, r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL))
+		}
+		units = append(units, u)
+	}
+
+	b := s.client.B()
+	cmds := make(vk.Commands, len(units))
+	for j, u := range units {
+		cmds[j] = b.Evalsha().Sha1(sha).Numkeys(int64(len(u.keys))).Key(u.keys...).Arg(u.args...).Build()
+	}
+	res := s.client.DoMulti(ctx, cmds...)
+	var again []int
+	for j, r := range res {
+		if ve, ok := vk.IsValkeyErr(r.Error()); ok && ve.IsNoScript() {
+			again = append(again, j)
+		}
+	}
+	if len(again) > 0 {
+		retry := make(vk.Commands, len(again))
+		for k, j := range again {
+			u := units[j]
+			retry[k] = b.Eval().Script(src).Numkeys(int64(len(u.keys))).Key(u.keys...).Arg(u.args...).Build()
+		}
+		for k, r := range s.client.DoMulti(ctx, retry...) {
+			res[again[k]] = r
+		}
+	}
+
+	for j, u := range units {
+		if chunk == 1 {
+			i := u.elems[0]
+			out[i].Record, out[i].Err = decodeRenew(res[j], reqs[i].Record, op)
+			continue
+		}
+		decodeBatch(res[j], u.elems, reqs, out, op)
+	}
+	return out
+}
+
+// decodeBatch decodes a batch script's reply, three integers per element
+// (status, acquired, expires), into out.
+func decodeBatch(res vk.ValkeyResult, elems []int, reqs []leaseapi.RenewRequest, out []leaseapi.RenewResult, op string) {
+	vals, err := res.AsIntSlice()
+	if err == nil && len(vals) != 3*len(elems) {
+		err = protocolError(op, true)
+	} else if err != nil {
+		err = leaseapi.Wrap(classify(err, true), op)
+	}
+	for n, i := range elems {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		switch vals[3*n] {
+		case statusOK:
+			rec := reqs[i].Record
+			got, _ := grant([]int64{statusOK, int64(rec.Token), vals[3*n+1], vals[3*n+2]}, rec.Key, rec.Owner)
+			out[i].Record = got
+		case statusStale:
+			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+		default:
+			out[i].Err = protocolError(op, true)
+		}
+	}
+}
