@@ -44,10 +44,18 @@ var ErrAmbiguousOutcome = errors.New("lease: ambiguous outcome")
 // reached. The call failed fast and changed nothing.
 var ErrCapacity = errors.New("lease: capacity exceeded")
 
+// ErrFencingRegression means the backend issued a token that is not higher
+// than one this client already saw for the key (or changed a lease's
+// token on renewal): the backend lost acknowledged writes (a restart
+// without durable persistence, a failover to a lagging replica). The grant
+// is never handed out as Active; see the backends' durability notes.
+var ErrFencingRegression = errors.New("lease: fencing token regression")
+
 // sentinels lists every kind in the order Wrap tests them.
 var sentinels = [...]error{
 	ErrContended, ErrTimeout, ErrCanceled, ErrLost, ErrStaleOwner,
 	ErrBackendUnavailable, ErrInvalidState, ErrAmbiguousOutcome, ErrCapacity,
+	ErrFencingRegression,
 }
 
 // opError is every error this module returns: an operation name, one

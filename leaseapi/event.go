@@ -53,6 +53,7 @@ const (
 	OutcomeInvalid
 	OutcomeAmbiguous
 	OutcomeCapacity
+	OutcomeRegression
 )
 
 // String returns the outcome name.
@@ -78,6 +79,8 @@ func (o Outcome) String() string {
 		return "ambiguous"
 	case OutcomeCapacity:
 		return "capacity"
+	case OutcomeRegression:
+		return "regression"
 	}
 	return "unknown"
 }
@@ -103,6 +106,8 @@ func OutcomeOf(err error) Outcome {
 		return OutcomeAmbiguous
 	case errors.Is(k, ErrCapacity):
 		return OutcomeCapacity
+	case errors.Is(k, ErrFencingRegression):
+		return OutcomeRegression
 	}
 	return OutcomeUnavailable
 }

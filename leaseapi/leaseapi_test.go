@@ -65,7 +65,8 @@ func TestNewKey(t *testing.T) {
 
 func TestErrorsMatchExactlyOneSentinel(t *testing.T) {
 	sentinels := []error{leaseapi.ErrContended, leaseapi.ErrTimeout, leaseapi.ErrCanceled, leaseapi.ErrLost,
-		leaseapi.ErrStaleOwner, leaseapi.ErrBackendUnavailable, leaseapi.ErrInvalidState, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrCapacity}
+		leaseapi.ErrStaleOwner, leaseapi.ErrBackendUnavailable, leaseapi.ErrInvalidState, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrCapacity,
+		leaseapi.ErrFencingRegression}
 	var errs []error
 	for _, s := range sentinels {
 		errs = append(errs, leaseapi.NewError("op", s, "detail"), leaseapi.Wrap(s, "op"), leaseapi.Wrap(fmt.Errorf("ctx: %w", s), "op"))

@@ -155,11 +155,16 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "backend returned another grant")
 	}
-	if !c.clk.Now().Before(rec.SafeDeadline(sentAt, p)) {
+	if !c.marks.admit(key, rec.Token) {
+		c.releaseQuietly(rec, p)
+		return nil, leaseapi.NewError(op, leaseapi.ErrFencingRegression, "token not above one already granted")
+	}
+	recvAt := c.clk.Now()
+	if !recvAt.Before(rec.SafeDeadline(sentAt, p)) {
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
 	}
-	s, ok := c.register(p, rec, sentAt)
+	s, ok := c.register(p, rec, sentAt, recvAt)
 	if !ok {
 		c.releaseQuietly(rec, p)
 		return nil, errClosed(op)

@@ -63,6 +63,7 @@ type Client struct {
 	maxWaiters int64
 	waiters    atomic.Int64
 	managed    gate
+	marks      watermarks
 
 	// life is canceled when Close starts: it aborts in-flight supervisor
 	// calls and acquisition waits.
@@ -143,7 +144,7 @@ func (c *Client) Held() int {
 
 // register starts the supervisor of a fresh grant unless the client is
 // closed (then it reports false and starts nothing).
-func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt time.Time) (*supervisor.Supervisor, bool) {
+func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*supervisor.Supervisor, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -155,6 +156,7 @@ func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt time.Ti
 		Policy:  p,
 		Record:  rec,
 		SentAt:  sentAt,
+		RecvAt:  recvAt,
 		Life:    c.life,
 		Managed: &c.managed,
 		OnExit:  c.unregister,

@@ -34,6 +34,18 @@
 //     afterwards no handle reports Active and no goroutine started by the
 //     client is alive.
 //
+//   - Detectors. A client remembers the highest token it was granted per
+//     key (bounded; per process) and refuses a grant that is not above it
+//     with ErrFencingRegression: the backend lost acknowledged writes. A
+//     renewal that changes the grant's token or owner is the same error and
+//     ends the handle (Lost). Each renewal's backend timestamp is checked
+//     against the local clock: the backend's advance since the previous
+//     grant must lie within the local send/receive bracket, give or take
+//     the drift the safety margin allows (margin/TTL); otherwise the
+//     renewal is distrusted (ErrAmbiguousOutcome, Uncertain, deadline not
+//     extended). The first TTL after acquisition relies on the margin
+//     alone: detection needs two backend readings.
+//
 // # Goroutines
 //
 // One supervisor goroutine per held lease, started by a successful

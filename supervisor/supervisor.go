@@ -22,11 +22,14 @@ type View struct {
 	// State as of the last step. [Supervisor.State] also reports Expired
 	// once the clock passes Deadline, before the actor has noticed.
 	State leaseapi.State
-	// SentAt is the local instant the request that granted or last renewed
-	// the lease was sent: the anchor of Deadline.
+	// SentAt and RecvAt bracket, on the local clock, the request that
+	// produced Record: sent at SentAt, answered by RecvAt.
 	SentAt time.Time
-	// Deadline is the local instant from which admission is denied:
-	// SentAt + min(TTL, granted TTL) - SafetyMargin.
+	RecvAt time.Time
+	// Deadline is the local instant from which admission is denied: the
+	// send time of the last trusted grant + min(TTL, granted TTL) -
+	// SafetyMargin. It equals SafeDeadline(SentAt) unless the last renewal
+	// was distrusted for clock skew (then it is the earlier one).
 	Deadline time.Time
 	// Managed reports whether managed renewal is on.
 	Managed bool
@@ -57,9 +60,11 @@ type Config struct {
 	Backend leaseapi.Backend
 	Clock   clock.Clock
 	Policy  leaseapi.Policy
-	// Record is the grant; SentAt the local instant its request was sent.
+	// Record is the grant; SentAt the local instant its request was sent,
+	// RecvAt the instant its reply arrived.
 	Record leaseapi.Record
 	SentAt time.Time
+	RecvAt time.Time
 	// Life bounds every backend call of the supervisor except the release
 	// on Close: canceling it aborts an in-flight renewal (the client cancels
 	// it when it starts closing).
@@ -142,6 +147,7 @@ func Start(cfg Config) *Supervisor {
 		AcquiredAt: cfg.Record.AcquiredAt,
 		State:      leaseapi.StateActive,
 		SentAt:     cfg.SentAt,
+		RecvAt:     cfg.RecvAt,
 		Deadline:   cfg.Record.SafeDeadline(cfg.SentAt, cfg.Policy),
 	}
 	s.view.Store(v)

@@ -86,8 +86,19 @@ func transition(v View, ev event, out outcome, now time.Time, p leaseapi.Policy)
 		}
 		if out.err == nil {
 			if ev == evRenew {
-				next.Record = out.rec
-				next.SentAt = out.sentAt
+				if !sameGrant(v.Record, out.rec) {
+					next.State = leaseapi.StateLost
+					next.Err = leaseapi.NewError("renew", leaseapi.ErrFencingRegression, "renewal changed the grant")
+					return next, next.Err
+				}
+				next.Record, next.SentAt, next.RecvAt = out.rec, out.sentAt, now
+				if skewed(v, out, now, p) {
+					// The backend's clock moved unlike ours: keep the old
+					// deadline and deny admission until a renewal agrees.
+					next.State = leaseapi.StateUncertain
+					next.Err = errSkew
+					return next, next.Err
+				}
 				next.Deadline = out.rec.SafeDeadline(out.sentAt, p)
 			}
 			if !now.Before(next.Deadline) {
@@ -121,6 +132,33 @@ func transition(v View, ev event, out outcome, now time.Time, p leaseapi.Policy)
 		return next, nil
 	}
 	return v, nil
+}
+
+// errSkew is the reply to a renewal whose backend timestamp is outside what
+// the local clock allows.
+var errSkew = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "backend clock diverges beyond the safety margin")
+
+func sameGrant(a, b leaseapi.Record) bool {
+	return a.Key == b.Key && a.Owner == b.Owner && a.Token == b.Token
+}
+
+// skewed is the clock-skew detector. Two successive grants were stamped by
+// the backend at v.Record.AcquiredAt and out.rec.AcquiredAt; on the local
+// clock the first happened within [v.SentAt, v.RecvAt] and the second
+// within [out.sentAt, now], so the backend's advance between them must lie
+// in [out.sentAt - v.RecvAt, now - v.SentAt], give or take the rate drift
+// the safety margin is sized for (margin/TTL of the elapsed time) and the
+// backend's millisecond resolution. Outside that, the backend clock jumped
+// or runs at another rate than the model allows.
+func skewed(v View, out outcome, now time.Time, p leaseapi.Policy) bool {
+	if v.RecvAt.IsZero() || v.Record.AcquiredAt.IsZero() {
+		return false
+	}
+	lo := out.sentAt.Sub(v.RecvAt)
+	hi := now.Sub(v.SentAt)
+	tol := time.Duration(float64(hi)*float64(p.SafetyMargin())/float64(p.TTL())) + 2*time.Millisecond
+	adv := out.rec.AcquiredAt.Sub(v.Record.AcquiredAt)
+	return adv < lo-tol || adv > hi+tol
 }
 
 // failed applies an operation failure: a stale owner is proof of loss;

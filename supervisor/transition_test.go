@@ -89,6 +89,48 @@ func TestTransition(t *testing.T) {
 	}
 }
 
+func TestTransitionDetects(t *testing.T) {
+	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second})
+	t0 := time.Unix(1_000_000, 0)
+	server0 := time.Unix(5_000_000, 0) // the backend clock is offset: only its advance matters
+	k := leaseapi.MustKey("t", "k")
+	rec := leaseapi.Record{Key: k, Owner: "o", Token: 7, AcquiredAt: server0, ExpiresAt: server0.Add(10 * time.Second)}
+	v := View{Record: rec, State: leaseapi.StateActive, SentAt: t0, RecvAt: t0.Add(10 * time.Millisecond), Deadline: t0.Add(9 * time.Second)}
+	sent := t0.Add(3 * time.Second)
+	now := sent.Add(20 * time.Millisecond)
+	renewAt := func(serverAdvance time.Duration) leaseapi.Record {
+		r := rec
+		r.AcquiredAt = server0.Add(serverAdvance)
+		r.ExpiresAt = r.AcquiredAt.Add(10 * time.Second)
+		return r
+	}
+	for _, tt := range []struct {
+		name      string
+		rec       leaseapi.Record
+		wantState leaseapi.State
+		wantErr   error
+		extended  bool
+	}{
+		{"in step", renewAt(3 * time.Second), leaseapi.StateActive, nil, true},
+		{"within the latency bracket", renewAt(3*time.Second + 15*time.Millisecond), leaseapi.StateActive, nil, true},
+		{"within the margin's drift", renewAt(3*time.Second + 250*time.Millisecond), leaseapi.StateActive, nil, true},
+		{"backend clock jumped ahead", renewAt(5 * time.Second), leaseapi.StateUncertain, leaseapi.ErrAmbiguousOutcome, false},
+		{"backend clock stalled", renewAt(time.Second), leaseapi.StateUncertain, leaseapi.ErrAmbiguousOutcome, false},
+		{"token changed on renewal", func() leaseapi.Record { r := renewAt(3 * time.Second); r.Token = 6; return r }(), leaseapi.StateLost, leaseapi.ErrFencingRegression, false},
+		{"owner changed on renewal", func() leaseapi.Record { r := renewAt(3 * time.Second); r.Owner = "x"; return r }(), leaseapi.StateLost, leaseapi.ErrFencingRegression, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := transition(v, evRenew, outcome{called: true, sentAt: sent, rec: tt.rec}, now, p)
+			if got.State != tt.wantState || leaseapi.Kind(err) != tt.wantErr {
+				t.Fatalf("got (%v, %v), want (%v, %v)", got.State, err, tt.wantState, tt.wantErr)
+			}
+			if extended := got.Deadline.After(v.Deadline); extended != tt.extended {
+				t.Fatalf("deadline extended: got %v, want %v", extended, tt.extended)
+			}
+		})
+	}
+}
+
 func withState(v View, s leaseapi.State) View {
 	v.State = s
 	return v
