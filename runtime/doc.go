@@ -16,20 +16,24 @@
 //     sent, plus the TTL, minus the safety margin. The backend's clock
 //     decides expiry; the local monotonic clock decides admission; the
 //     margin covers their drift.
+//
 //   - Every operation that lacks a reliable outcome leaves the handle
 //     Uncertain (no admission) until a renew or validate succeeds in time.
 //     A lost acquisition reply is resolved by reading the key (if the
 //     backend can) and adopting the grant only if it carries this
 //     acquisition's owner id, anchored at the original send time; it is
 //     never retried blind.
+//
 //   - Tokens come from the backend and strictly increase per key. A lease
 //     cannot stop a paused process: pass Handle.Token to the resource and
 //     let it reject lower tokens (see simtest.Resource, postgres.Store's
 //     fencing helpers, valkey.Store.Guard).
+//
 //   - Bounds: MaxWaiters acquisitions in flight and MaxManaged managed
 //     handles per client; one more fails fast with ErrCapacity and changes
 //     nothing. Every backend call is bounded by the policy's
 //     OperationTimeout.
+//
 //   - Close releases every held lease, stops every supervisor and waits;
 //     afterwards no handle reports Active and no goroutine started by the
 //     client is alive.
