@@ -24,7 +24,8 @@ const MaxResourceBytes = leaseapi.MaxKeyBytes
 // Keep fenced transactions short: while one is open, the holder's renewal
 // waits too.
 //
-// tx must be on the database that holds the Store's tables. Fence returns
+// tx must be a read-write transaction (FOR SHARE is refused in a read-only
+// one) on the database that holds the Store's tables. Fence returns
 // nil on success; leaseapi.ErrStaleOwner if rec is not the live grant (the
 // caller must roll back); leaseapi.ErrInvalidState for a bad record, nil tx
 // or nil ctx; leaseapi.ErrBackendUnavailable or the context's error if the

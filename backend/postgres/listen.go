@@ -33,8 +33,10 @@ type watch struct {
 // removes the registration and may be called more than once.
 //
 // The first call starts the Store's one LISTEN connection (taken from the
-// pool with Acquire and Hijack, so the pool's hooks apply) on a goroutine
-// that runs until [Store.Close]; WatchRelease itself does no I/O. The
+// pool with Acquire and Hijack, so the pool's hooks apply; it no longer
+// counts against the pool's MaxConns, so the Store uses at most MaxConns+1
+// server connections) on a goroutine that runs until [Store.Close];
+// WatchRelease itself does no I/O. The
 // listener reconnects with bounded backoff. Every time it (re)establishes
 // LISTEN it reads which watched keys are currently released or expired and
 // wakes their watchers once, because a release may have happened while it

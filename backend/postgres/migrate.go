@@ -98,13 +98,15 @@ func lockID(schema string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
-// Migrate brings the tables named by o up to date: it creates the schema if
-// missing, then applies, in one transaction, every embedded migration not
+// Migrate brings the tables named by o up to date: it creates the schema and
+// the version table if missing, then applies, in one transaction, every embedded migration not
 // yet recorded in the schema's version table (lease_migrations). It is
 // idempotent (a second call is a no-op) and safe to run from many processes
 // at once: the transaction holds a pg_advisory_xact_lock per schema, so
 // exactly one migrator applies each version and the others then find it
-// recorded. Migrations only create; nothing is ever dropped.
+// recorded. Migrations only create; nothing is ever dropped. On an
+// up-to-date database it only reads, so a role without CREATE privilege can
+// run it at every start.
 //
 // ctx bounds the whole call, including the wait for the lock. Errors: an
 // invalid o, nil pool or nil ctx is leaseapi.ErrInvalidState; a failure
@@ -149,14 +151,22 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 			return fail(err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+vt+` (
+	// Create the version table only if missing, so that an up-to-date
+	// database needs no CREATE privilege.
+	var hasVT bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1::text) IS NOT NULL`, vt).Scan(&hasVT); err != nil {
+		return fail(err)
+	}
+	if !hasVT {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+vt+` (
 	target     text        NOT NULL,
 	version    integer     NOT NULL,
 	name       text        NOT NULL,
 	applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	PRIMARY KEY (target, version)
 )`); err != nil {
-		return fail(err)
+			return fail(err)
+		}
 	}
 	applied := make(map[int]bool)
 	rows, err := tx.Query(ctx, `SELECT version FROM `+vt+` WHERE target = $1::text`, target)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/leaseapi"
@@ -204,5 +205,64 @@ func wantKind(t testing.TB, what string, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) || leaseapi.Kind(err) != want {
 		t.Fatalf("%s: got %v, want an error of kind %v", what, err, want)
+	}
+}
+
+// TestMigrateUpToDateNeedsNoCreate: once migrated, Migrate only reads, so an
+// application role with no CREATE privilege can run it at every start, and
+// the Store works with plain DML grants.
+func TestMigrateUpToDateNeedsNoCreate(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	admin := newPool(t, url)
+	opts := postgres.Options{Schema: randomSchema(t, url)}
+	ctx := t.Context()
+	if err := postgres.Migrate(ctx, admin, opts); err != nil {
+		t.Fatal(err)
+	}
+	role := opts.Schema + "_app"
+	q := pgx.Identifier{role}.Sanitize()
+	sch := pgx.Identifier{opts.Schema}.Sanitize()
+	for _, stmt := range []string{
+		"CREATE ROLE " + q + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + sch + " TO " + q,
+		"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA " + sch + " TO " + q,
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatalf("setup: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, "DROP OWNED BY "+q)
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+q)
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	app, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	if err := app.Ping(ctx); err != nil {
+		t.Skipf("cannot log in as a new role on this server (authentication): %v", err)
+	}
+	if err := postgres.Migrate(ctx, app, opts); err != nil {
+		t.Fatalf("Migrate of an up-to-date schema without CREATE: got %v, want nil", err)
+	}
+	s, err := postgres.New(app, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.TryAcquire(ctx, leaseapi.MustKey("ro", "k"), "owner", time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquire as the application role: %v", err)
+	}
+	if err := s.Release(ctx, rec); err != nil {
+		t.Fatalf("Release as the application role: %v", err)
 	}
 }
