@@ -112,4 +112,19 @@ func TestCluster(t *testing.T) {
 			stop()
 		}
 	})
+
+	t.Run("WaitReplicasFailsClosed", func(t *testing.T) {
+		// The cluster has no replicas: WAIT (on the lease's node, on the
+		// connection that ran the script) times out and the grant is given
+		// back.
+		s := newStore(t, c, valkey.Options{WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond})
+		for i := range 5 {
+			k := leaseapi.MustKey("ns", "wait-"+itoa(i))
+			_, err := s.TryAcquire(t.Context(), k, ownerA, time.Second)
+			wantKind(t, "TryAcquire waiting for a missing replica", err, leaseapi.ErrBackendUnavailable)
+			if rec, held, err := s.Inspect(t.Context(), k); err != nil || held || rec.Token != 1 {
+				t.Fatalf("after the refused acquisition: got (token %d, held %v, %v), want (1, false, nil)", rec.Token, held, err)
+			}
+		}
+	})
 }
