@@ -33,8 +33,11 @@
 //     it.
 //   - Tokens are per key, start at 1 and increase by one with every
 //     acquisition. They are stored in a bigint column and are as durable as
-//     the database: they survive release, expiry, client and server
-//     restarts. The bound is 2^63-1 acquisitions of one key; past it the
+//     the database's commits: they survive release, expiry, client and
+//     server restarts. A failover to an asynchronous replica that lost
+//     acknowledged commits can hand out a token again (the runtime reports
+//     that as leaseapi.ErrFencingRegression); use synchronous replication
+//     where fencing must survive failover. The bound is 2^63-1 acquisitions of one key; past it the
 //     acquisition fails with leaseapi.ErrInvalidState rather than wrap.
 //   - RenewBatch renews any number of grants in one UPDATE ... FROM
 //     unnest(...) statement with per-element Renew semantics.

@@ -2,12 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/leaseapi"
@@ -204,5 +206,82 @@ func TestRuntimeHandoff(t *testing.T) {
 		if err := r.h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestRuntimeFailsClosedDuringBlackhole: with the network to the server
+// silently dropping everything, managed renewal gets no reply within
+// OperationTimeout; the handle stops admitting no later than its local
+// deadline and reports the loss, and once the partition heals another
+// client takes over with a higher token.
+func TestRuntimeFailsClosedDuringBlackhole(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	px, purl := newProxy(t, url)
+	s, opts := newStore(t, url, newPool(t, purl, func(c *pgxpool.Config) { c.ConnConfig.ConnectTimeout = time.Second }))
+	ctx := t.Context()
+	c, err := runtime.NewClient(s, runtime.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+		TTL: time.Second, SafetyMargin: 100 * time.Millisecond,
+		RenewEvery: 200 * time.Millisecond, OperationTimeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("runtime", "blackhole")
+	h, err := c.Acquire(ctx, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Blackhole()
+	cut := time.Now()
+	var loss runtime.Loss
+	select {
+	case loss = <-m.Loss():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no loss reported within 5s of the partition")
+	}
+	if h.State() == leaseapi.StateActive {
+		t.Fatalf("handle still Active after the loss (%v)", loss.State)
+	}
+	if since := time.Since(cut); since > p.TTL()+500*time.Millisecond {
+		t.Fatalf("loss reported %v after the partition, want within the TTL", since)
+	}
+	if !h.Deadline().Before(cut.Add(p.TTL())) {
+		t.Fatalf("deadline %v not before partition + TTL", h.Deadline())
+	}
+	t.Logf("loss after %v: %v (%v)", time.Since(cut), loss.State, loss.Err)
+
+	px.Pass()
+	px.ResetAll()
+	other, err := postgres.New(newPool(t, url), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := other.TryAcquire(ctx, k, "successor", time.Minute)
+		if err == nil {
+			if rec.Token <= h.Token() {
+				t.Fatalf("successor token %d, want > %d", rec.Token, h.Token())
+			}
+			break
+		}
+		if !errors.Is(err, leaseapi.ErrContended) || time.Now().After(deadline) {
+			t.Fatalf("successor: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the old grant's TTL runs out on the server
 	}
 }
