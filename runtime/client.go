@@ -42,6 +42,9 @@ type ClientOptions struct {
 	// MaxManaged bounds handles under managed renewal (0: 10,000; at most
 	// MaxClientManaged). One more StartManaged fails with ErrCapacity.
 	MaxManaged int
+	// NoBatching makes every renewal its own backend call even when the
+	// backend can renew in batches (leaseapi.BatchRenewer).
+	NoBatching bool
 }
 
 // Client acquires leases on one backend and owns the supervisors of the
@@ -55,10 +58,12 @@ type Client struct {
 	// unbounded: the backend never blocks (leaseapi.NonBlocking), so its
 	// calls need no OperationTimeout timer.
 	unbounded bool
-	clk       clock.Clock
-	owners    leaseapi.OwnerSource
-	sleeper   leaseapi.Sleeper
-	retry     leaseapi.RetrySource
+	// batch coalesces renewals for a BatchRenewer backend; nil otherwise.
+	batch   *batcher
+	clk     clock.Clock
+	owners  leaseapi.OwnerSource
+	sleeper leaseapi.Sleeper
+	retry   leaseapi.RetrySource
 
 	maxWaiters int64
 	waiters    atomic.Int64
@@ -122,6 +127,9 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	c.maxWaiters = int64(cmpOr(o.MaxWaiters, DefaultMaxWaiters))
 	c.managed.max = int64(cmpOr(o.MaxManaged, DefaultMaxManaged))
 	c.life, c.cancelLife = context.WithCancel(context.Background())
+	if br, ok := b.(leaseapi.BatchRenewer); ok && canBatch(b) && !c.unbounded && !o.NoBatching {
+		c.batch = newBatcher(br, c.clk, c.life)
+	}
 	return c, nil
 }
 
@@ -162,9 +170,17 @@ func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt
 		OnExit:  c.unregister,
 
 		Unbounded: c.unbounded,
+		Renewer:   c.renewer(),
 	})
 	c.sups[s] = struct{}{}
 	return s, true
+}
+
+func (c *Client) renewer() supervisor.Renewer {
+	if c.batch == nil {
+		return nil
+	}
+	return c.batch
 }
 
 // unregister runs on a supervisor's goroutine as it exits.
@@ -218,13 +234,17 @@ func (c *Client) Close(ctx context.Context) error {
 			s.Close(ctx)
 		}
 	})
+	var err error
 	select {
 	case <-c.drained:
-		return nil
 	case <-ctx.Done():
 		<-c.drained // supervisors' releases use ctx: they exit promptly now
-		return leaseapi.ContextError("close", ctx.Err())
+		err = leaseapi.ContextError("close", ctx.Err())
 	}
+	if c.batch != nil {
+		c.batch.wait() // its loop ends with life, canceled above
+	}
+	return err
 }
 
 // gate is the MaxManaged bound: a counter that refuses to pass max.

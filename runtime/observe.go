@@ -65,6 +65,9 @@ func NewObservedBackend(b leaseapi.Backend, clk clock.Clock, observers ...leasea
 	return ob, nil
 }
 
+// Unwrap returns the wrapped backend.
+func (ob *ObservedBackend) Unwrap() leaseapi.Backend { return ob.b }
+
 // Dropped returns how many events were dropped because an observer was
 // still busy, per observer in registration order.
 func (ob *ObservedBackend) Dropped() []uint64 {

@@ -110,7 +110,7 @@ func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outco
 	out := outcome{called: true, sentAt: sentAt}
 	switch ev {
 	case evRenew:
-		out.rec, out.err = b.Renew(ctx, v.Record, p.TTL())
+		out.rec, out.err = s.cfg.Renewer.Renew(ctx, v.Record, p.TTL())
 	case evValidate:
 		out.err = b.Validate(ctx, v.Record)
 	case evRelease, evClose:

@@ -77,6 +77,14 @@ type Config struct {
 	// Unbounded skips the OperationTimeout timer around backend calls, for
 	// a backend that never blocks (leaseapi.NonBlocking).
 	Unbounded bool
+	// Renewer performs renewals; nil means Backend.Renew. The runtime
+	// passes a batching renewer for backends that renew in batches.
+	Renewer Renewer
+}
+
+// Renewer renews one grant, with the semantics of leaseapi.Backend.Renew.
+type Renewer interface {
+	Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error)
 }
 
 type request uint8
@@ -135,6 +143,9 @@ type Supervisor struct {
 func Start(cfg Config) *Supervisor {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
+	}
+	if cfg.Renewer == nil {
+		cfg.Renewer = cfg.Backend
 	}
 	s := &Supervisor{
 		cfg:     cfg,

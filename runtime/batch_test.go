@@ -1,0 +1,131 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease/backend/memory"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+	"github.com/leasekit/lease/simtest"
+)
+
+// batchingBackend is a memory store seen as a remote backend: it blocks
+// (each batch takes 10ms of simulated time), renews in batches, and counts.
+type batchingBackend struct {
+	s *memory.Store
+
+	mu      sync.Mutex
+	batches []int
+	singles int
+}
+
+func (b *batchingBackend) TryAcquire(ctx context.Context, k leaseapi.Key, o string, ttl time.Duration) (leaseapi.Record, error) {
+	return b.s.TryAcquire(ctx, k, o, ttl)
+}
+func (b *batchingBackend) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	b.mu.Lock()
+	b.singles++
+	b.mu.Unlock()
+	return b.s.Renew(ctx, rec, ttl)
+}
+func (b *batchingBackend) Validate(ctx context.Context, rec leaseapi.Record) error {
+	return b.s.Validate(ctx, rec)
+}
+func (b *batchingBackend) Release(ctx context.Context, rec leaseapi.Record) error {
+	return b.s.Release(ctx, rec)
+}
+func (b *batchingBackend) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	t := time.NewTimer(10 * time.Millisecond) // one round trip
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		out := make([]leaseapi.RenewResult, len(reqs))
+		for i := range out {
+			out[i].Err = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "")
+		}
+		return out
+	}
+	b.mu.Lock()
+	b.batches = append(b.batches, len(reqs))
+	b.mu.Unlock()
+	return b.s.RenewBatch(ctx, reqs)
+}
+
+func TestRenewalsDueTogetherShareBatches(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		bb := &batchingBackend{s: store}
+		ob, _ := runtime.NewObservedBackend(bb, nil) // batching is found through the wrapper
+		c, err := runtime.NewClient(ob, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p := basicPolicy(t)
+		const n = 50
+		var hs []*runtime.Handle
+		for i := range n {
+			h := mustAcquire(t, c, testKey(t, fmt.Sprint("batch-", i)), p)
+			if _, err := h.StartManaged(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+		}
+		const ticks = 100
+		for range ticks {
+			simtest.Advance(p.RenewEvery())
+		}
+		for _, h := range hs {
+			wantState(t, "managed lease after 100 renewal intervals", h, leaseapi.StateActive)
+		}
+		bb.mu.Lock()
+		defer bb.mu.Unlock()
+		total := 0
+		for _, n := range bb.batches {
+			total += n
+		}
+		if bb.singles != 0 {
+			t.Fatalf("single renewals: got %d, want 0 (all through batches)", bb.singles)
+		}
+		if total < n*(ticks-1) {
+			t.Fatalf("renewals in batches: got %d, want >= %d", total, n*(ticks-1))
+		}
+		if per := float64(len(bb.batches)) / ticks; per > 3 {
+			t.Fatalf("batches per renewal interval: got %.1f for %d leases, want <= 3", per, n)
+		}
+	})
+}
+
+func TestNoBatchingOption(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		bb := &batchingBackend{s: store}
+		c, _ := runtime.NewClient(bb, runtime.ClientOptions{NoBatching: true})
+		defer c.Close(context.Background())
+		h := mustAcquire(t, c, testKey(t, "nobatch"), basicPolicy(t))
+		if err := h.Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if bb.singles != 1 || len(bb.batches) != 0 {
+			t.Fatalf("got %d singles, %d batches; want 1, 0", bb.singles, len(bb.batches))
+		}
+	})
+}
+
+func TestBatchedRenewalTimesOutAmbiguous(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		bb := &batchingBackend{s: store}
+		c, _ := runtime.NewClient(bb, runtime.ClientOptions{})
+		defer c.Close(context.Background())
+		p := policy(t, leaseapi.PolicyOptions{TTL: time.Second, SafetyMargin: 100 * time.Millisecond, OperationTimeout: 5 * time.Millisecond})
+		h := mustAcquire(t, c, testKey(t, "batch-timeout"), p)
+		wantKind(t, "renewal slower than the operation timeout", h.Renew(t.Context()), leaseapi.ErrAmbiguousOutcome)
+		wantState(t, "after a timed-out batch", h, leaseapi.StateUncertain)
+	})
+}
