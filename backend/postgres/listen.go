@@ -32,15 +32,15 @@ type watch struct {
 // receives (buffer 1, coalescing) after a release of key is committed; stop
 // removes the registration and may be called more than once.
 //
-// The first call starts the Store's one LISTEN connection (taken from the
-// pool with Acquire and Hijack, so the pool's hooks apply; it no longer
-// counts against the pool's MaxConns, so the Store uses at most MaxConns+1
-// server connections) on a goroutine that runs until [Store.Close];
-// WatchRelease itself does no I/O. The
-// listener reconnects with bounded backoff. Every time it (re)establishes
-// LISTEN it reads which watched keys are currently released or expired and
-// wakes their watchers once, because a release may have happened while it
-// was not listening (including between the first WatchRelease and the first
+// The first call starts the Store's one LISTEN connection on a goroutine
+// that runs until [Store.Close]; WatchRelease itself does no I/O. The
+// connection is taken from the pool with Acquire and Hijack (so the pool's
+// hooks apply); it then no longer counts against the pool's MaxConns, so a
+// watching Store uses at most MaxConns+1 server connections. The listener
+// reconnects with bounded backoff. Every time it (re)establishes LISTEN it
+// reads which watched keys are currently released or expired and wakes
+// their watchers once, because a release may have happened while it was not
+// listening (including between the first WatchRelease and the first
 // LISTEN): such a wake can be spurious, and a waiter simply retries. Expiry
 // is otherwise never notified. After Close the channel never receives.
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {

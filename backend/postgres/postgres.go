@@ -110,6 +110,14 @@ type Store struct {
 	wg sync.WaitGroup
 }
 
+// The capabilities the runtime discovers by type assertion.
+var (
+	_ leaseapi.Backend        = (*Store)(nil)
+	_ leaseapi.Inspector      = (*Store)(nil)
+	_ leaseapi.ReleaseWatcher = (*Store)(nil)
+	_ leaseapi.BatchRenewer   = (*Store)(nil)
+)
+
 // statements holds the SQL of every operation, built once in New from the
 // validated, quoted identifiers.
 type statements struct {
