@@ -1,0 +1,549 @@
+package scheduler
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// Mode says how the servers of a fleet share a job.
+type Mode uint8
+
+const (
+	// OnOneServer runs each slot of the job on exactly one server: the
+	// first server to claim the slot's key. Runs of different slots may
+	// overlap (on different servers) when a run is longer than the interval.
+	OnOneServer Mode = iota + 1
+	// NonOverlap runs each slot on at most one server, like OnOneServer, and
+	// additionally never runs two runs of the job at once anywhere in the
+	// fleet: a run holds the job's lease (renewed while it runs); slots that
+	// come due while it runs are skipped, not queued.
+	NonOverlap
+)
+
+// String names the mode.
+func (m Mode) String() string {
+	switch m {
+	case OnOneServer:
+		return "on-one-server"
+	case NonOverlap:
+		return "non-overlap"
+	}
+	return "invalid"
+}
+
+// MaxJobNameBytes bounds a job name.
+const MaxJobNameBytes = 128
+
+// DefaultKeyNamespace is the key namespace when Options.KeyNamespace is empty.
+const DefaultKeyNamespace = "scheduler"
+
+// maxCatchUp bounds how many passed slots one wake-up walks through.
+const maxCatchUp = 10_000
+
+// Job is one scheduled job. Every server of a fleet must add the job with
+// the same Name, Schedule and Mode.
+type Job struct {
+	// Name identifies the job across the fleet: 1 to MaxJobNameBytes bytes
+	// of valid UTF-8 without control bytes or '/'. It is part of the lease
+	// keys, so it is as confidential as a key.
+	Name string
+	// Schedule yields the job's slots; see [Every].
+	Schedule Schedule
+	// Mode is OnOneServer or NonOverlap.
+	Mode Mode
+	// Policy is the lease policy of the job's leases. Its Wait bounds how
+	// long after a slot's time a server keeps retrying a claim that failed
+	// for lack of a reliable backend answer (zero: one attempt).
+	Policy leaseapi.Policy
+	// Run is the job. Its ctx is canceled when the run's lease is lost or
+	// expires (context.Cause says why) and when the scheduler stops; token
+	// is the run's fencing token (see the package doc). [Slot] and
+	// [HandleFrom] read the slot and the lease from ctx. A panic is
+	// recovered and reported as a [PanicError].
+	Run func(ctx context.Context, token leaseapi.Token) error
+}
+
+// Outcome is what a server did with one slot.
+type Outcome uint8
+
+const (
+	// Ran: this server claimed the slot and ran the job; Event.Err is the
+	// job's error, a *PanicError, or an ErrLost error if the job returned
+	// nil but its lease ended while it ran.
+	Ran Outcome = iota + 1
+	// Taken: another server had already claimed the slot.
+	Taken
+	// Busy: (NonOverlap) another run of the job held the job's lease.
+	Busy
+	// Missed: the slot passed while this server was running the job or
+	// before it woke up; it did not try to claim it.
+	Missed
+	// Failed: the claim had no reliable outcome (Event.Err says why); the
+	// slot was not run here.
+	Failed
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Ran:
+		return "ran"
+	case Taken:
+		return "taken"
+	case Busy:
+		return "busy"
+	case Missed:
+		return "missed"
+	case Failed:
+		return "failed"
+	}
+	return "invalid"
+}
+
+// Event reports what this server did with one slot of one job.
+type Event struct {
+	// Job is the job's name.
+	Job string
+	// Slot is the slot's scheduled time.
+	Slot time.Time
+	// Outcome is what happened.
+	Outcome Outcome
+	// Token is the run's fencing token (Ran only).
+	Token leaseapi.Token
+	// Err is the job's error (Ran) or the claim's error (Failed).
+	Err error
+	// At is the local time of the event.
+	At time.Time
+}
+
+// Options configures a [Scheduler]. The zero value is valid.
+type Options struct {
+	// Clock decides when slots are due and drives every wait. Nil is the
+	// real clock. Servers' clocks may differ (see the package doc).
+	Clock clock.Clock
+	// KeyNamespace is the namespace of the scheduler's lease keys (a valid
+	// key namespace). Empty means DefaultKeyNamespace. Every server of a
+	// fleet must use the same one.
+	KeyNamespace string
+	// OnEvent, if set, is called once per slot this server considered, on
+	// the job's goroutine, after the run (if any) has ended. It must not
+	// block for long: the job's next slot waits for it.
+	OnEvent func(Event)
+}
+
+// state of a Scheduler.
+type state uint8
+
+const (
+	idle state = iota
+	started
+	stopped
+)
+
+// job is an added Job with its keys' prefix.
+type job struct {
+	Job
+	runKey leaseapi.Key // NonOverlap: the job's lease
+}
+
+// Scheduler runs jobs on schedules, coordinating the servers of a fleet
+// through leases on one backend. Build it with [New], add jobs, Start,
+// Stop. It is safe for concurrent use.
+type Scheduler struct {
+	c       *runtime.Client
+	clk     clock.Clock
+	ns      string
+	onEvent func(Event)
+
+	// mu guards jobs, names, st and cancel.
+	mu     sync.Mutex
+	jobs   []*job
+	names  map[string]struct{}
+	st     state
+	cancel context.CancelFunc
+	// wg counts the job goroutines; done is closed by the goroutine Start
+	// spawns to wait for them, so Stop can wait under a ctx.
+	wg   sync.WaitGroup
+	done chan struct{}
+}
+
+// New returns a Scheduler that takes leases through client. It starts
+// nothing. A nil client or an invalid namespace is ErrInvalidState.
+func New(client *runtime.Client, o Options) (*Scheduler, error) {
+	const op = "new scheduler"
+	if client == nil {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil client")
+	}
+	ns := o.KeyNamespace
+	if ns == "" {
+		ns = DefaultKeyNamespace
+	}
+	if _, err := leaseapi.NewKey(ns, "x"); err != nil {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "invalid key namespace")
+	}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.New()
+	}
+	return &Scheduler{c: client, clk: clk, ns: ns, onEvent: o.OnEvent, names: map[string]struct{}{}, done: make(chan struct{})}, nil
+}
+
+// Add adds a job. It must be called before Start. Errors (all
+// ErrInvalidState): an empty, too long or malformed name, a duplicate
+// name, a nil or exhausted schedule, an invalid mode, the zero policy, a
+// nil Run, or a scheduler already started or stopped.
+func (s *Scheduler) Add(j Job) error {
+	const op = "add job"
+	bad := func(detail string) error { return leaseapi.NewError(op, leaseapi.ErrInvalidState, detail) }
+	switch {
+	case j.Name == "" || len(j.Name) > MaxJobNameBytes:
+		return bad("job name empty or too long")
+	case strings.ContainsRune(j.Name, '/'):
+		return bad("slash in job name")
+	case j.Schedule == nil:
+		return bad("nil schedule")
+	case j.Mode != OnOneServer && j.Mode != NonOverlap:
+		return bad("invalid mode")
+	case j.Policy.Check() != nil:
+		return bad("zero policy")
+	case j.Run == nil:
+		return bad("nil run")
+	}
+	if iv, ok := j.Schedule.(Interval); ok && (iv.d <= 0 || iv.d > MaxInterval) {
+		return bad("interval out of range")
+	}
+	now := s.clk.Now()
+	if next := j.Schedule.Next(now); !next.After(now) {
+		return bad("schedule has no future slot")
+	}
+	runKey, err := leaseapi.NewKey(s.ns, j.Name+"/run")
+	if err != nil {
+		return bad("job name not usable in a key")
+	}
+	// The longest slot key must fit too.
+	if _, err := leaseapi.NewKey(s.ns, j.Name+"/slot/-9223372036854775808"); err != nil {
+		return bad("job name not usable in a key")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != idle {
+		return bad("scheduler already started")
+	}
+	if _, dup := s.names[j.Name]; dup {
+		return bad("duplicate job name")
+	}
+	s.names[j.Name] = struct{}{}
+	s.jobs = append(s.jobs, &job{Job: j, runKey: runKey})
+	return nil
+}
+
+// Start starts one goroutine per job, which waits for the job's slots and
+// runs them; each exits when Stop is called (after its current run has
+// returned and its lease is released) or when its schedule has no more
+// slots. ctx is only checked: the scheduler's life does not depend on it
+// (as with uber-go/fx OnStart hooks, whose ctx ends after start-up). A
+// nil ctx, a second Start, or a Start after Stop is ErrInvalidState; a
+// done ctx is ErrCanceled/ErrTimeout and starts nothing.
+func (s *Scheduler) Start(ctx context.Context) error {
+	const op = "start scheduler"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != idle {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already started or stopped")
+	}
+	s.st = started
+	life, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	for _, j := range s.jobs {
+		s.wg.Add(1)
+		go s.loop(life, j)
+	}
+	// This goroutine exits when every job goroutine has exited.
+	go func() {
+		s.wg.Wait()
+		close(s.done)
+	}()
+	return nil
+}
+
+// Stop stops the scheduler: no slot is claimed from then on, running jobs'
+// contexts are canceled, and Stop waits until every job has returned, its
+// renewal has stopped and its lease has been released (so no lease of this
+// server outlives Stop unless a release failed, in which case it ends at
+// its TTL). ctx bounds the wait: if it ends first, Stop returns
+// ErrCanceled/ErrTimeout and the jobs keep winding down (a later Stop
+// waits again). Stop is idempotent; Stop before Start just prevents Start.
+// A nil ctx is ErrInvalidState.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	const op = "stop scheduler"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	s.mu.Lock()
+	if s.st == idle {
+		s.st = stopped
+		close(s.done)
+	}
+	s.st = stopped
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return leaseapi.ContextError(op, ctx.Err())
+	}
+}
+
+// ctxKey keys the run's slot and handle in its context.
+type ctxKey struct{}
+
+type runInfo struct {
+	slot time.Time
+	h    *runtime.Handle
+}
+
+// Slot returns the slot a run's ctx belongs to, and false outside a run.
+func Slot(ctx context.Context) (time.Time, bool) {
+	ri, ok := ctx.Value(ctxKey{}).(runInfo)
+	return ri.slot, ok
+}
+
+// HandleFrom returns the lease a run's ctx runs under (nil outside a run):
+// the slot's lease (OnOneServer) or the job's lease (NonOverlap). Use it to
+// check State before a protected action; do not Release it, the scheduler
+// does when the run returns.
+func HandleFrom(ctx context.Context) *runtime.Handle {
+	ri, _ := ctx.Value(ctxKey{}).(runInfo)
+	return ri.h
+}
+
+func (s *Scheduler) emit(e Event) {
+	if s.onEvent != nil {
+		e.At = s.clk.Now()
+		s.onEvent(e)
+	}
+}
+
+// loop runs one job until ctx ends or its schedule ends.
+func (s *Scheduler) loop(ctx context.Context, j *job) {
+	defer s.wg.Done()
+	next := j.Schedule.Next(s.clk.Now())
+	for !next.IsZero() {
+		if !s.waitUntil(ctx, next) {
+			return
+		}
+		// A late wake-up (a paused process, a slow run before) claims only
+		// the latest slot that is due; the earlier ones are missed here.
+		slot := s.skipPassed(j, next, s.clk.Now(), true)
+		if slot.IsZero() {
+			return
+		}
+		s.runSlot(ctx, j, slot)
+		if ctx.Err() != nil {
+			return
+		}
+		// Slots that passed while the slot ran are skipped, not queued.
+		next = s.skipPassed(j, j.Schedule.Next(slot), s.clk.Now(), false)
+		if !next.IsZero() && !next.After(slot) {
+			s.emit(Event{Job: j.Name, Slot: next, Outcome: Failed, Err: leaseapi.NewError("schedule", leaseapi.ErrInvalidState, "schedule went backwards")})
+			return
+		}
+	}
+}
+
+// skipPassed walks from slot over the slots that are already past at now,
+// reporting each as Missed. With due, the latest slot at or before now is
+// returned (it is due); otherwise the first slot not before now.
+func (s *Scheduler) skipPassed(j *job, slot, now time.Time, due bool) time.Time {
+	for range maxCatchUp {
+		if slot.IsZero() {
+			return slot
+		}
+		n := slot
+		if due {
+			n = j.Schedule.Next(slot)
+			if n.IsZero() || n.After(now) {
+				return slot
+			}
+		} else if !slot.Before(now) {
+			return slot
+		}
+		s.emit(Event{Job: j.Name, Slot: slot, Outcome: Missed})
+		if !due {
+			n = j.Schedule.Next(slot)
+			if !n.IsZero() && !n.After(slot) {
+				return n // reported by loop
+			}
+		}
+		slot = n
+	}
+	// Too far behind to report every slot: resume at the next one.
+	return j.Schedule.Next(now)
+}
+
+// waitUntil waits on the scheduler's clock until t; false if ctx ended.
+func (s *Scheduler) waitUntil(ctx context.Context, t time.Time) bool {
+	for {
+		d := t.Sub(s.clk.Now())
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		tm := s.clk.Timer(d)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return false
+		}
+	}
+}
+
+// slotKey is the key that decides who runs slot: the first grant ever
+// made on it (token 1).
+func (s *Scheduler) slotKey(j *job, slot time.Time) leaseapi.Key {
+	k, _ := leaseapi.NewKey(s.ns, j.Name+"/slot/"+strconv.FormatInt(slot.UnixNano(), 10))
+	return k // validated by Add
+}
+
+// runSlot claims slot and runs it if this server won it.
+func (s *Scheduler) runSlot(ctx context.Context, j *job, slot time.Time) {
+	ev := Event{Job: j.Name, Slot: slot}
+	deadline := slot.Add(j.Policy.Wait())
+	cleanup := context.WithoutCancel(ctx)
+	var run *runtime.Handle
+	if j.Mode == NonOverlap {
+		h, err := s.tryAcquire(ctx, j.runKey, j.Policy, deadline)
+		switch {
+		case leaseapi.Kind(err) == leaseapi.ErrContended:
+			ev.Outcome = Busy
+			s.emit(ev)
+			return
+		case err != nil:
+			ev.Outcome, ev.Err = Failed, err
+			s.emit(ev)
+			return
+		}
+		run = h
+	}
+	claim, err := s.tryAcquire(ctx, s.slotKey(j, slot), j.Policy, deadline)
+	if err == nil && claim.Token() != 1 {
+		// Somebody claimed this slot before (and released it or let it
+		// expire): the slot is theirs forever.
+		_ = claim.Release(cleanup)
+		err = leaseapi.NewError("claim slot", leaseapi.ErrContended, "")
+	}
+	if err != nil {
+		if run != nil {
+			_ = run.Release(cleanup)
+		}
+		ev.Outcome, ev.Err = Failed, err
+		if leaseapi.Kind(err) == leaseapi.ErrContended {
+			ev.Outcome, ev.Err = Taken, nil
+		}
+		s.emit(ev)
+		return
+	}
+	if run == nil {
+		run = claim // OnOneServer: the run holds the slot's lease
+	} else {
+		// NonOverlap: the slot is ours for good (token 1); the run holds the
+		// job's lease, whose token orders all runs of the job.
+		_ = claim.Release(cleanup)
+	}
+	ev.Outcome, ev.Token = Ran, run.Token()
+	ev.Err = s.runUnder(ctx, j, run, slot)
+	s.emit(ev)
+}
+
+// tryAcquire makes one acquisition attempt, repeated every Retry while the
+// backend gives no reliable answer and the local clock is before deadline.
+func (s *Scheduler) tryAcquire(ctx context.Context, k leaseapi.Key, p leaseapi.Policy, deadline time.Time) (*runtime.Handle, error) {
+	for {
+		h, err := s.c.TryAcquire(ctx, k, p)
+		switch leaseapi.Kind(err) {
+		case leaseapi.ErrBackendUnavailable, leaseapi.ErrAmbiguousOutcome:
+		default:
+			return h, err
+		}
+		pause := max(p.Retry(), time.Millisecond)
+		if p.Retry() == 0 || !s.clk.Now().Add(pause).Before(deadline) {
+			return nil, err
+		}
+		tm := s.clk.Timer(pause)
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return nil, leaseapi.ContextError("claim slot", ctx.Err())
+		}
+	}
+}
+
+// runUnder runs j under h with managed renewal, cancels the run's ctx on
+// loss, and then stops renewal and releases h. It starts one watcher
+// goroutine that exits before runUnder returns.
+func (s *Scheduler) runUnder(ctx context.Context, j *job, h *runtime.Handle, slot time.Time) (err error) {
+	cleanup := context.WithoutCancel(ctx)
+	defer h.Release(cleanup) //nolint:errcheck // a failed release ends at the TTL
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		return err
+	}
+	defer m.Stop(cleanup) //nolint:errcheck // nil or ended
+
+	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, runInfo{slot: slot, h: h}))
+	defer cancel(nil)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	var lost error // written by the watcher before it closes watched
+	go func() {
+		defer close(watched)
+		select {
+		case l, ok := <-m.Loss():
+			if ok {
+				lost = l.Err
+			}
+		case <-h.Done():
+			lost = leaseapi.NewError("run job", leaseapi.ErrLost, "lease ended")
+		case <-stop:
+		}
+		if lost != nil {
+			cancel(lost)
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-watched
+		if err == nil && lost != nil {
+			err = leaseapi.NewError("run job", leaseapi.ErrLost, "lease ended while running")
+		}
+	}()
+	return callJob(rctx, j.Run, h.Token())
+}
+
+// callJob calls run and turns a panic into a *PanicError.
+func callJob(ctx context.Context, run func(context.Context, leaseapi.Token) error, token leaseapi.Token) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return run(ctx, token)
+}
