@@ -159,7 +159,7 @@ func escape(s string) string {
 
 // ident is the text inside a key's hash tag after the prefix; it is also
 // the payload of the key's release notification.
-func ident(k leaseapi.Key) string { return escape(k.String()) }
+func ident(k leaseapi.Key) string { return escape(k.Namespace()) + "/" + escape(k.Name()) }
 
 // tag returns "{prefix:escaped-key}", the hash tag shared by every key of k.
 func (s *Store) tag(k leaseapi.Key) string {
@@ -172,11 +172,35 @@ func (s *Store) tag(k leaseapi.Key) string {
 // (never deleted or expired). They are exposed for operators' tooling; do
 // not write them. The zero key returns two empty strings.
 func (s *Store) Keys(k leaseapi.Key) (lease, token string) {
+	lease, token, _ = s.names(k)
+	return lease, token
+}
+
+// names returns k's lease and token keys and its ident, all three slices of
+// one string (one allocation for a key that needs no escaping: this is on
+// every operation's path).
+func (s *Store) names(k leaseapi.Key) (lease, token, id string) {
 	if k.IsZero() {
-		return "", ""
+		return "", "", ""
 	}
-	t := s.tag(k)
-	return t + ":lease", t + ":token"
+	ns, name := escape(k.Namespace()), escape(k.Name())
+	const leaseSuffix, tokenSuffix = "}:lease", "}:token"
+	head := 1 + len(s.prefix) + 1 // "{prefix:"
+	idLen := len(ns) + 1 + len(name)
+	n := head + idLen + len(leaseSuffix)
+	var b strings.Builder
+	b.Grow(2 * n)
+	for _, suffix := range [2]string{leaseSuffix, tokenSuffix} {
+		b.WriteByte('{')
+		b.WriteString(s.prefix)
+		b.WriteByte(':')
+		b.WriteString(ns)
+		b.WriteByte('/')
+		b.WriteString(name)
+		b.WriteString(suffix)
+	}
+	all := b.String()
+	return all[:n], all[n:], all[head : head+idLen]
 }
 
 // CacheKey returns the server key under which [Store.Guard] publishes the
@@ -404,9 +428,9 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	if err := rec.Check(); err != nil {
 		return leaseapi.Wrap(err, op)
 	}
-	lk, tk := s.Keys(rec.Key)
+	lk, tk, id := s.names(rec.Key)
 	vals, err := scriptRelease.Exec(ctx, s.client, []string{lk, tk},
-		[]string{rec.Owner, tokenArg(rec.Token), s.channel, ident(rec.Key)}).AsIntSlice()
+		[]string{rec.Owner, tokenArg(rec.Token), s.channel, id}).AsIntSlice()
 	if err != nil {
 		return leaseapi.Wrap(classify(err, true), op)
 	}
@@ -414,7 +438,7 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	case len(vals) == 1 && vals[0] == statusOK:
 		// Deliver to this Store's own watchers at once; other Stores and
 		// processes learn it from the published message.
-		s.wake(ident(rec.Key))
+		s.wake(id)
 		return nil
 	case len(vals) == 1 && vals[0] == statusGone:
 		return nil
