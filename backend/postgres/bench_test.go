@@ -3,7 +3,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
 )
 
 // benchConns is the pool size of every benchmark, raw and store alike.
@@ -21,7 +25,7 @@ const benchConns = 16
 
 // parallelism makes RunParallel use 64 goroutines whatever GOMAXPROCS is.
 func parallelism(b *testing.B) {
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.SetParallelism(max(1, 64/goruntime.GOMAXPROCS(0)))
 }
 
 func benchStore(b *testing.B) (*postgres.Store, *pgxpool.Pool) {
@@ -94,13 +98,12 @@ func runPairs(b *testing.B, pair func(context.Context, leaseapi.Key) error) {
 	})
 }
 
-// BenchmarkRenewBatch10k renews 10,000 live leases per iteration with one
-// RenewBatch (one UPDATE ... FROM unnest(...) statement) and reports
-// renewals/s and the client's CPU time per renewal.
-func BenchmarkRenewBatch10k(b *testing.B) {
-	const n = 10_000
-	s, pool := benchStore(b)
-	ctx := context.Background()
+const batchLeases = 10_000
+
+// seedLeases creates n live grants (owner bench-owner, token 1, one hour) in
+// one statement and returns renew requests for them.
+func seedLeases(b *testing.B, s *postgres.Store, pool *pgxpool.Pool, n int) []leaseapi.RenewRequest {
+	b.Helper()
 	reqs := make([]leaseapi.RenewRequest, n)
 	keys := make([]string, n)
 	for i := range reqs {
@@ -108,31 +111,232 @@ func BenchmarkRenewBatch10k(b *testing.B) {
 		keys[i] = k.String()
 		reqs[i] = leaseapi.RenewRequest{Record: leaseapi.Record{Key: k, Owner: "bench-owner", Token: 1}, TTL: time.Hour}
 	}
-	// Seed the 10,000 grants in one statement (the setup is not measured).
-	tbl := tableOf(b, s)
-	if _, err := pool.Exec(ctx, "INSERT INTO "+tbl+` (key, owner, token, acquired_at, expires_at)
+	if _, err := pool.Exec(context.Background(), "INSERT INTO "+tableOf(b, s)+` (key, owner, token, acquired_at, expires_at)
 SELECT k, 'bench-owner', 1, clock_timestamp(), clock_timestamp() + interval '1 hour' FROM unnest($1::text[]) AS k`, keys); err != nil {
 		b.Fatal(err)
 	}
+	return reqs
+}
+
+// renewMetrics reports renewals/s and CPU per renewal: this process's, and
+// the server's for the sessions listed (read from /proc when the server is
+// local; omitted otherwise).
+type renewMetrics struct {
+	start      time.Time
+	cpu0, srv0 time.Duration
+	pids       []int
+}
+
+func startRenewMetrics(b *testing.B, pool *pgxpool.Pool) *renewMetrics {
+	b.Helper()
+	m := &renewMetrics{}
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, benchApp)
+	if err == nil {
+		m.pids, _ = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	m.start, m.cpu0, m.srv0 = time.Now(), cpuTime(), procCPU(m.pids)
+	return m
+}
+
+func (m *renewMetrics) report(b *testing.B, renewals int64) {
+	el := time.Since(m.start)
+	cpu := cpuTime() - m.cpu0
+	b.ReportMetric(float64(renewals)/el.Seconds(), "renewals/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(renewals), "client-cpu-ns/renewal")
+	if srv := procCPU(m.pids); srv > 0 {
+		b.ReportMetric(float64((srv-m.srv0).Nanoseconds())/float64(renewals), "server-cpu-ns/renewal")
+	}
+}
+
+// benchApp tags the benchmark pools' sessions, so that their server
+// processes can be found.
+const benchApp = "lease-bench"
+
+func benchPool(b *testing.B, conns int32) (*postgres.Store, *pgxpool.Pool) {
+	b.Helper()
+	url := dbURL(b)
+	pool := newPool(b, url, func(c *pgxpool.Config) {
+		c.MaxConns, c.MinConns = conns, conns
+		c.ConnConfig.RuntimeParams["application_name"] = benchApp
+	})
+	s, _ := newStore(b, url, pool)
+	return s, pool
+}
+
+// BenchmarkRenewBatch10k renews 10,000 live leases per iteration with one
+// RenewBatch (one UPDATE ... FROM unnest(...) statement).
+func BenchmarkRenewBatch10k(b *testing.B) {
+	s, pool := benchPool(b, 1)
+	reqs := seedLeases(b, s, pool, batchLeases)
+	ctx := context.Background()
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	m := startRenewMetrics(b, pool)
+	var n int64
 	for b.Loop() {
 		for i, r := range s.RenewBatch(ctx, reqs) {
 			if r.Err != nil {
 				b.Fatalf("element %d: %v", i, r.Err)
 			}
 		}
+		n += batchLeases
 	}
-	cpu := cpuTime() - cpu0
-	renewals := float64(n) * float64(b.N)
-	b.ReportMetric(renewals/b.Elapsed().Seconds(), "renewals/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/renewals, "client-cpu-ns/renewal")
+	m.report(b, n)
+}
+
+// BenchmarkRenewConcurrent10k renews the same 10,000 leases with one Renew
+// statement each, from 64 goroutines over 16 connections, for comparison
+// with RenewBatch.
+func BenchmarkRenewConcurrent10k(b *testing.B) {
+	s, pool := benchPool(b, benchConns)
+	reqs := seedLeases(b, s, pool, batchLeases)
+	ctx := context.Background()
+	b.ReportAllocs()
+	m := startRenewMetrics(b, pool)
+	var n int64
+	for b.Loop() {
+		var next atomic.Int64
+		errs := make(chan error, 64)
+		for range 64 {
+			go func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(reqs) {
+						errs <- nil
+						return
+					}
+					if _, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		for range 64 {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		n += batchLeases
+	}
+	m.report(b, n)
+}
+
+// countingStore counts the renewals the runtime sends, batched or not. It
+// forwards Unwrap so the runtime still sees a BatchRenewer.
+type countingStore struct {
+	*postgres.Store
+	renewals atomic.Int64
+}
+
+func (c *countingStore) Unwrap() leaseapi.Backend { return c.Store }
+
+func (c *countingStore) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	c.renewals.Add(1)
+	return c.Store.Renew(ctx, rec, ttl)
+}
+
+func (c *countingStore) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	c.renewals.Add(int64(len(reqs)))
+	return c.Store.RenewBatch(ctx, reqs)
+}
+
+// BenchmarkManaged10k holds 10,000 leases under the runtime's managed
+// renewal (TTL 10s, RenewEvery 1s) on this backend; the runtime coalesces
+// renewals that fall due together into RenewBatch calls. Each b.N
+// iteration is one second of steady state; it reports renewals/s and the
+// CPU each renewal costs in this process and in the server.
+func BenchmarkManaged10k(b *testing.B) {
+	const n = 10_000
+	s, pool := benchPool(b, benchConns)
+	cs := &countingStore{Store: s}
+	c, err := runtime.NewClient(cs, runtime.ClientOptions{MaxManaged: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, RenewEvery: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	handles := make([]*runtime.Handle, n)
+	var next atomic.Int64
+	errs := make(chan error, benchConns)
+	for range benchConns {
+		go func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					errs <- nil
+					return
+				}
+				h, err := c.TryAcquire(ctx, leaseapi.MustKey("managed", fmt.Sprint("k", i)), p)
+				if err == nil {
+					_, err = h.StartManaged(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				handles[i] = h
+			}
+		}()
+	}
+	for range benchConns {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // let renewal reach its steady state
+	b.ResetTimer()
+	r0 := cs.renewals.Load()
+	m := startRenewMetrics(b, pool)
+	for range b.N {
+		time.Sleep(time.Second)
+	}
+	m.report(b, cs.renewals.Load()-r0)
+	b.StopTimer()
+	for _, h := range handles {
+		if h.State() != leaseapi.StateActive {
+			b.Fatalf("a managed lease is %v", h.State())
+		}
+	}
+	b.ReportMetric(0, "ns/op")
 }
 
 // tableOf is the quoted lease table of s's schema.
 func tableOf(b *testing.B, s *postgres.Store) string {
 	b.Helper()
 	return pgx.Identifier{postgres.SchemaOf(s), postgres.DefaultTable}.Sanitize()
+}
+
+// procCPU is the user+system CPU time of the given local processes (0 when
+// /proc cannot tell, e.g. a remote server).
+func procCPU(pids []int) time.Duration {
+	var total time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0
+		}
+		// Fields after the parenthesised command name; utime and stime are
+		// fields 14 and 15 (1-based), in clock ticks (USER_HZ = 100).
+		rest := string(raw)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			return 0
+		}
+		ut, err1 := strconv.ParseInt(f[11], 10, 64)
+		st, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0
+		}
+		total += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return total
 }
 
 // cpuTime is this process's user+system CPU time.
