@@ -740,6 +740,66 @@ func TestSimClockSkew(t *testing.T) {
 	})
 }
 
+// TestSimClockSkewDetected is scenario 10's detector: a managed holder on
+// a backend whose clock runs 30% to 100% fast. Its first renewal's backend
+// timestamp advances more than the local send/receive bracket allows, so
+// the handle turns Uncertain (ErrAmbiguousOutcome) without extending its
+// deadline, before the backend's expiry of the first grant; holders that
+// wait for the key then find no overlap although the clocks are outside
+// the model. (The first TTL relies on the margin alone: a holder that
+// never renews is TestSimClockSkew/OutOfModel.)
+func TestSimClockSkewDetected(t *testing.T) {
+	runSeeds(t, seedsSkewOut, func(w *world) {
+		rate := 1.3 + w.float()*0.7
+		w.setStore(memory.Options{Clock: simtest.NewSkewedClock(nil, w.between(-time.Hour, time.Hour), rate)})
+		w.note("backend clock rate %.4f (outside the model)", rate)
+		k := leaseapi.MustKey("sc10", "detect")
+		a := w.client("a")
+		h, err := a.c.TryAcquire(context.Background(), k, w.policy)
+		if err != nil {
+			w.fatal("TryAcquire: %v", err)
+		}
+		w.granted(h)
+		if _, err := h.StartManaged(context.Background()); err != nil {
+			w.fatal("StartManaged: %v", err)
+		}
+		var wg sync.WaitGroup
+		for _, name := range []string{"b", "c"} {
+			c := w.client(name)
+			wg.Go(func() {
+				hb, err := c.c.Acquire(context.Background(), k, w.policy)
+				if err != nil {
+					return
+				}
+				w.granted(hb)
+				if _, err := hb.StartManaged(context.Background()); err != nil {
+					w.problem("%s: StartManaged: %v", c.name, err)
+				}
+				for !hb.State().Terminal() {
+					if w.admit(hb) {
+						_ = w.write(hb, c.name)
+					}
+					pause(context.Background(), 20*time.Millisecond)
+				}
+			})
+		}
+		var flagged bool
+		waitFor(3*w.policy.TTL(), 10*time.Millisecond, func() bool {
+			if w.admit(h) {
+				_ = w.write(h, "a")
+			}
+			if s := h.Snapshot(); s.State == leaseapi.StateUncertain && leaseapi.Kind(s.Err) == leaseapi.ErrAmbiguousOutcome {
+				flagged = true
+			}
+			return h.State().Terminal()
+		})
+		wg.Wait()
+		if !flagged {
+			w.problem("the skewed renewal never made the handle uncertain")
+		}
+	})
+}
+
 // skewRun: a holder that never renews acts until its last Active instant
 // while two others wait for the key with short retries; then a short
 // contention run.
