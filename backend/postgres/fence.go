@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/leaseapi"
 )
@@ -118,8 +119,8 @@ type TxBeginner interface {
 //
 // It returns nil when committed; leaseapi.ErrStaleOwner when the fence
 // refused token (or Fence refused rec) — nothing was written; write's own
-// error, wrapped by leaseapi.Wrap (so it matches ErrBackendUnavailable unless
-// it already matches a sentinel), after a rollback; leaseapi.ErrAmbiguousOutcome
+// error unchanged, after a rollback (it is the caller's: FencedWrite adds
+// nothing to it, like pgx.BeginFunc); leaseapi.ErrAmbiguousOutcome
 // when the commit reply was lost; leaseapi.ErrBackendUnavailable or the
 // context's error for other failures. ctx bounds everything.
 func (s *Store) FencedWrite(ctx context.Context, db TxBeginner, resource string, token leaseapi.Token, rec *leaseapi.Record, write func(ctx context.Context, tx pgx.Tx) error) error {
@@ -127,7 +128,7 @@ func (s *Store) FencedWrite(ctx context.Context, db TxBeginner, resource string,
 	if err := ctxErr(ctx, op); err != nil {
 		return err
 	}
-	if db == nil || write == nil {
+	if isNil(db) || write == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil argument")
 	}
 	if err := checkResource(resource); err != nil {
@@ -147,12 +148,26 @@ func (s *Store) FencedWrite(ctx context.Context, db TxBeginner, resource string,
 		return leaseapi.Wrap(err, op)
 	}
 	if err := write(ctx, tx); err != nil {
-		return leaseapi.Wrap(err, op)
+		return err // the caller's own error, unchanged (after the rollback)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return leaseapi.Wrap(classify(err, true), op)
 	}
 	return nil
+}
+
+// isNil reports a nil TxBeginner, including the typed nil pointers of the
+// common implementations (which would otherwise panic in Begin).
+func isNil(db TxBeginner) bool {
+	switch v := db.(type) {
+	case nil:
+		return true
+	case *pgxpool.Pool:
+		return v == nil
+	case *pgx.Conn:
+		return v == nil
+	}
+	return false
 }
 
 func checkResource(r string) error {

@@ -56,6 +56,19 @@ func TestAdvanceFence(t *testing.T) {
 			t.Fatalf("case %d (token %d): got %v, want %v", i, tc.token, err, tc.want)
 		}
 	}
+	noop := func(context.Context, pgx.Tx) error { return nil }
+	wantKind(t, "FencedWrite on a nil pool", s.FencedWrite(ctx, (*pgxpool.Pool)(nil), "r", 9, nil, noop), leaseapi.ErrInvalidState)
+	wantKind(t, "FencedWrite on a nil conn", s.FencedWrite(ctx, (*pgx.Conn)(nil), "r", 9, nil, noop), leaseapi.ErrInvalidState)
+	wantKind(t, "FencedWrite without a write", s.FencedWrite(ctx, pool, "r", 9, nil, nil), leaseapi.ErrInvalidState)
+	wantKind(t, "AdvanceFence with a nil tx", s.AdvanceFence(ctx, nil, "r", 9), leaseapi.ErrInvalidState)
+	wantErr := errors.New("write failed")
+	err := s.FencedWrite(ctx, pool, "r", 9, nil, func(context.Context, pgx.Tx) error { return wantErr })
+	if !errors.Is(err, wantErr) {
+		t.Fatalf("FencedWrite with a failing write: got %v, want the write's own error", err)
+	}
+	if err := advance("r", 7); err != nil {
+		t.Fatalf("the failed write's mark was rolled back: got %v, want nil", err)
+	}
 	// A rolled-back advance leaves no mark.
 	tx, err := pool.Begin(ctx)
 	if err != nil {
