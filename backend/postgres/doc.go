@@ -141,6 +141,11 @@
 //     database that holds the lease table; for anything else use the token
 //     with [Store.AdvanceFence] or the resource's own check.
 //   - It does not own the pool: the caller closes it, after Store.Close.
+//   - No LISTEN through a transaction-pooling proxy: every operation works
+//     in any pgx query exec mode (all parameters carry explicit types, so
+//     PgBouncer in transaction mode is fine for them), but release
+//     notification needs a session; behind such a proxy waiters fall back
+//     to their retry interval.
 //   - No statement timeout of its own: use ctx deadlines (and, if wanted,
 //     a server-side statement_timeout in the pool's config).
 package postgres
