@@ -1,0 +1,294 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// Options configures a [Singleton].
+type Options struct {
+	// Key is the leadership lease's key; every candidate uses the same one.
+	// Required.
+	Key leaseapi.Key
+	// Policy is the lease policy. Its Wait bounds one campaign (one
+	// Acquire, which wakes early on a release notification); its TTL and
+	// SafetyMargin bound how long a crashed leader blocks the others.
+	// Required.
+	Policy leaseapi.Policy
+	// Run is the leader's work. It runs while this candidate leads, with a
+	// ctx that is canceled when the lease is lost or expires (context.Cause
+	// says why) and when the Singleton stops; h is the lease (h.Token() is
+	// the fencing token of this term). It should return when ctx is done;
+	// if it returns earlier the candidate steps down (releases the lease)
+	// and campaigns again after Backoff. Required.
+	Run func(ctx context.Context, h *runtime.Handle) error
+	// OnStartedLeading, if set, is called with the term's token when this
+	// candidate becomes leader, just before Run, on the campaign goroutine.
+	OnStartedLeading func(token leaseapi.Token)
+	// OnStoppedLeading, if set, is called after a term ends (Run returned,
+	// renewal stopped, the lease released or lost), on the campaign
+	// goroutine, whatever ended it — loss, Run's return or Stop.
+	OnStoppedLeading func()
+	// OnError, if set, receives what ended a term (Run's error, a
+	// *PanicError, an ErrLost error) and campaign failures other than
+	// contention and an exhausted Wait (backend unavailable, capacity, a
+	// closed client). It is called on the campaign goroutine.
+	OnError func(err error)
+	// Backoff is the least time between the starts of two campaigns, and
+	// the pause after a term ends. Zero means Policy.Retry, or
+	// Policy.RenewEvery if Retry is zero. Negative is invalid.
+	Backoff time.Duration
+	// Clock drives the backoff. Nil is the real clock.
+	Clock clock.Clock
+}
+
+// run states.
+type state uint8
+
+const (
+	idle    state = iota // neither started nor serving
+	started              // Start's goroutine runs the loop
+	serving              // a Serve call runs the loop
+	stopped              // Stop was called: terminal
+)
+
+// Singleton runs a function on exactly one candidate of a fleet at a time:
+// leader election on one lease. Build it with [New]; drive it either with
+// Start and Stop (uber-go/fx OnStart/OnStop hooks) or with Serve (a
+// thejerf/suture Service). It is safe for concurrent use.
+type Singleton struct {
+	c       *runtime.Client
+	o       Options
+	clk     clock.Clock
+	backoff time.Duration
+
+	// leader is the current term's token, 0 when not leading.
+	leader atomic.Uint64
+
+	// life is canceled by Stop; it ends the loop whoever runs it.
+	life       context.Context
+	cancelLife context.CancelFunc
+
+	// mu guards st and done. done is closed by whoever runs the loop (the
+	// goroutine Start spawned, or a Serve call) when the loop has exited;
+	// nil while no loop runs.
+	mu   sync.Mutex
+	st   state
+	done chan struct{}
+}
+
+// New returns a Singleton campaigning through client. It does no I/O and
+// starts nothing. A nil client, a zero key or policy, a nil Run or a
+// negative Backoff is ErrInvalidState.
+func New(client *runtime.Client, o Options) (*Singleton, error) {
+	const op = "new singleton"
+	bad := func(detail string) (*Singleton, error) {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, detail)
+	}
+	switch {
+	case client == nil:
+		return bad("nil client")
+	case o.Key.IsZero():
+		return bad("zero key")
+	case o.Policy.Check() != nil:
+		return bad("zero policy")
+	case o.Run == nil:
+		return bad("nil run")
+	case o.Backoff < 0:
+		return bad("negative backoff")
+	}
+	s := &Singleton{c: client, o: o, clk: o.Clock, backoff: o.Backoff}
+	if s.clk == nil {
+		s.clk = clock.New()
+	}
+	if s.backoff == 0 {
+		s.backoff = o.Policy.Retry()
+		if s.backoff == 0 {
+			s.backoff = o.Policy.RenewEvery()
+		}
+	}
+	s.life, s.cancelLife = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Leading returns the current term's token and true while this candidate
+// is leader (from just before OnStartedLeading until Run returns). It
+// does no I/O; Run should still check its handle's State before
+// protected actions and fence them with the token.
+func (s *Singleton) Leading() (leaseapi.Token, bool) {
+	t := leaseapi.Token(s.leader.Load())
+	return t, t != 0
+}
+
+// Start starts campaigning on a new goroutine and returns at once (an
+// uber-go/fx OnStart hook). The goroutine exits when Stop is called, after
+// the current term (if any) has ended: Run returned, renewal stopped and
+// the lease released. ctx is only checked: the campaign does not depend on
+// it. A nil ctx, a second Start, a Start while Serve runs, or a Start after
+// Stop is ErrInvalidState; a done ctx is ErrCanceled/ErrTimeout.
+func (s *Singleton) Start(ctx context.Context) error {
+	const op = "start singleton"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != idle {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already running or stopped")
+	}
+	s.st = started
+	done := make(chan struct{})
+	s.done = done
+	go func() {
+		defer close(done)
+		s.loop(s.life)
+	}()
+	return nil
+}
+
+// Serve campaigns and leads on the caller's goroutine until ctx is done or
+// Stop is called (a thejerf/suture Service). When it returns the current
+// term has ended: Run returned, renewal stopped and the lease released. It
+// returns an error matching ErrCanceled or ErrTimeout (and ctx's error)
+// when ctx ended, and nil when Stop ended it. Serve may be called again
+// after it returned (a supervisor restarting it), but not while Start's
+// loop or another Serve runs, nor after Stop: those are ErrInvalidState.
+func (s *Singleton) Serve(ctx context.Context) error {
+	const op = "serve singleton"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	s.mu.Lock()
+	if s.st != idle {
+		s.mu.Unlock()
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already running or stopped")
+	}
+	s.st = serving
+	done := make(chan struct{})
+	s.done = done
+	s.mu.Unlock()
+
+	lctx, cancel := context.WithCancel(ctx)
+	stopOnStop := context.AfterFunc(s.life, cancel)
+	s.loop(lctx)
+	stopOnStop()
+	cancel()
+
+	s.mu.Lock()
+	if s.st == serving {
+		s.st = idle
+	}
+	s.done = nil
+	close(done)
+	s.mu.Unlock()
+	if err := ctx.Err(); err != nil && s.life.Err() == nil {
+		return leaseapi.ContextError(op, err)
+	}
+	return nil
+}
+
+// Stop stops campaigning for good (an uber-go/fx OnStop hook): it cancels
+// the running term's ctx, waits until Run has returned, renewal has
+// stopped and the lease has been released (so another candidate takes
+// over at once, not after the TTL), and until the campaign loop has
+// exited, whether Start or Serve runs it. ctx bounds the wait: if it ends
+// first Stop returns ErrCanceled/ErrTimeout and the loop keeps winding
+// down (a later Stop waits again). Idempotent; a nil ctx is
+// ErrInvalidState. After Stop, Start and Serve are ErrInvalidState.
+func (s *Singleton) Stop(ctx context.Context) error {
+	const op = "stop singleton"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	s.mu.Lock()
+	s.st = stopped
+	done := s.done
+	s.mu.Unlock()
+	s.cancelLife()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return leaseapi.ContextError(op, ctx.Err())
+	}
+}
+
+// loop campaigns, leads, steps down and campaigns again until ctx ends.
+func (s *Singleton) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		began := s.clk.Now()
+		led := false
+		err := s.c.Run(ctx, s.o.Key, s.o.Policy, func(rctx context.Context, h *runtime.Handle) error {
+			led = true
+			s.leader.Store(uint64(h.Token()))
+			defer s.leader.Store(0)
+			return s.lead(rctx, h)
+		})
+		if led && s.o.OnStoppedLeading != nil {
+			s.report(protect(func() error { s.o.OnStoppedLeading(); return nil }))
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		pause := s.backoff
+		if led {
+			s.report(err)
+		} else {
+			switch leaseapi.Kind(err) {
+			case leaseapi.ErrContended, leaseapi.ErrTimeout:
+			default:
+				s.report(err)
+			}
+			// A campaign that waited already paced itself.
+			pause -= s.clk.Now().Sub(began)
+		}
+		if pause > 0 {
+			tm := s.clk.Timer(pause)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				return
+			}
+		}
+	}
+}
+
+// lead runs one term: OnStartedLeading, then Run, panics recovered.
+func (s *Singleton) lead(ctx context.Context, h *runtime.Handle) error {
+	if s.o.OnStartedLeading != nil {
+		if err := protect(func() error { s.o.OnStartedLeading(h.Token()); return nil }); err != nil {
+			return err
+		}
+	}
+	return protect(func() error { return s.o.Run(ctx, h) })
+}
+
+func (s *Singleton) report(err error) {
+	if err != nil && s.o.OnError != nil {
+		_ = protect(func() error { s.o.OnError(err); return nil })
+	}
+}
+
+// protect calls f and turns a panic into a *PanicError.
+func protect(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return f()
+}
