@@ -285,3 +285,61 @@ func TestRuntimeFailsClosedDuringBlackhole(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // the old grant's TTL runs out on the server
 	}
 }
+
+// TestRuntimeCutRenewIsUncertain: a renewal whose reply is lost leaves the
+// handle Uncertain (no admission) while the grant stays with it; the next
+// renewal that gets through makes it Active again, and nobody else can
+// acquire meanwhile.
+func TestRuntimeCutRenewIsUncertain(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	px, purl := newProxy(t, url)
+	s, opts := newStore(t, url, newPool(t, purl, oneConn))
+	ctx := t.Context()
+	c, err := runtime.NewClient(s, runtime.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("runtime", "cut-renew")
+	h, err := c.TryAcquire(ctx, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Renew(ctx); err != nil { // prepares the renewal statement
+		t.Fatal(err)
+	}
+	cut := px.CutAfterRequest()
+	err = h.Renew(ctx)
+	wantKind(t, "Renew with its reply lost", err, leaseapi.ErrAmbiguousOutcome)
+	waitCut(t, cut)
+	if st := h.State(); st != leaseapi.StateUncertain {
+		t.Fatalf("state after an ambiguous renewal: got %v, want %v", st, leaseapi.StateUncertain)
+	}
+	other, err := postgres.New(newPool(t, url), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.TryAcquire(ctx, k, "someone-else", time.Minute)
+	wantKind(t, "TryAcquire of the uncertain grant by another owner", err, leaseapi.ErrContended)
+	var last error
+	for range 5 { // the first call may still meet the reset connection
+		if last = h.Renew(ctx); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		t.Fatalf("Renew after the cut: %v", last)
+	}
+	if st := h.State(); st != leaseapi.StateActive {
+		t.Fatalf("state after a successful renewal: got %v, want %v", st, leaseapi.StateActive)
+	}
+}
