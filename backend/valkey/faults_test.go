@@ -173,7 +173,7 @@ func TestFaultBlackholeIsBoundedByContext(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		err := f(ctx)
-		if el := time.Since(start); el > timeout+500*time.Millisecond {
+		if el := time.Since(start); el > timeout+time.Second {
 			t.Fatalf("%s took %v, want about %v", what, el, timeout)
 		}
 		wantKind(t, what, err, want)
@@ -211,18 +211,18 @@ func TestFaultClientPauseFailsClosed(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	s := newStore(t, c, valkey.Options{})
 	k := leaseapi.MustKey("ns", "paused")
-	rec, err := s.TryAcquire(t.Context(), k, ownerA, 2*time.Second)
+	rec, err := s.TryAcquire(t.Context(), k, ownerA, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srv.Do("CLIENT", "PAUSE", "600", "ALL"); err != nil {
+	if _, err := srv.Do("CLIENT", "PAUSE", "1500", "ALL"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 	start := time.Now()
 	_, err = s.Renew(ctx, rec, 2*time.Second)
 	cancel()
-	if el := time.Since(start); el > 500*time.Millisecond {
+	if el := time.Since(start); el > time.Second {
 		t.Fatalf("Renew during CLIENT PAUSE took %v, want about 150ms", el)
 	}
 	wantKind(t, "Renew during CLIENT PAUSE", err, leaseapi.ErrAmbiguousOutcome)

@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,6 +64,7 @@ func TestRuntimeHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := leaseapi.MustKey("ns", "runtime-handoff")
+	var lats []time.Duration
 	for range 5 {
 		h, err := ca.Acquire(t.Context(), k, p)
 		if err != nil {
@@ -88,9 +90,10 @@ func TestRuntimeHandoff(t *testing.T) {
 			t.Fatalf("waiter: %v", r.err)
 		}
 		lat := r.at.Sub(start)
-		t.Logf("release -> waiter holds the lease: %v", lat)
-		if lat > 100*time.Millisecond {
-			t.Fatalf("handoff took %v, want < 100ms with a 1s retry interval", lat)
+		lats = append(lats, lat)
+		// Well under the 1s retry interval: the release woke the waiter.
+		if lat > 500*time.Millisecond {
+			t.Fatalf("handoff took %v, want far less than the 1s retry interval", lat)
 		}
 		if r.h.Token() <= h.Token() {
 			t.Fatalf("token: got %d, want > %d", r.h.Token(), h.Token())
@@ -98,6 +101,11 @@ func TestRuntimeHandoff(t *testing.T) {
 		if err := r.h.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	}
+	slices.Sort(lats)
+	t.Logf("release -> waiter holds the lease: %v", lats)
+	if p50 := lats[len(lats)/2]; p50 > 100*time.Millisecond {
+		t.Fatalf("handoff p50 %v, want < 100ms with a 1s retry interval", p50)
 	}
 }
 
@@ -141,4 +149,8 @@ func TestRuntimeRenewalFailsClosedDuringPause(t *testing.T) {
 		t.Fatalf("state during the pause: got %v, want uncertain (or expired)", st)
 	}
 	t.Logf("left Active %v before the local deadline; state %v", time.Until(deadline), h.State())
+	// CLIENT UNPAUSE is a write-free command, allowed during a WRITE pause.
+	if _, err := srv.Do("CLIENT", "UNPAUSE"); err != nil {
+		t.Fatal(err)
+	}
 }
