@@ -31,7 +31,8 @@ const DefaultWaitTimeout = 100 * time.Millisecond
 // MaxCacheNameBytes bounds the name given to [Store.CacheKey].
 const MaxCacheNameBytes = 256
 
-// Options configures a [Store]. The zero value is valid.
+// Options configures a [Store]. The zero value is valid. It is a plain
+// value: New copies it.
 type Options struct {
 	// Prefix starts every key and the release channel of this Store, so
 	// stores with different prefixes never see each other's leases. Empty
@@ -63,6 +64,16 @@ type Options struct {
 // release subscription, started by the first [Store.WatchRelease] and
 // stopped by [Store.Close]; a Store on which WatchRelease is never called
 // starts no goroutine.
+//
+// Every operation is one round trip that waits for the server's reply and
+// is bounded by its ctx alone (give it a deadline). A nil ctx, a zero key
+// or record, an invalid owner id or TTL is [leaseapi.ErrInvalidState]
+// before any I/O; a ctx already done is [leaseapi.ErrCanceled] or
+// [leaseapi.ErrTimeout] before any I/O; a failed call is
+// [leaseapi.ErrBackendUnavailable] or, for a mutation that may have run,
+// [leaseapi.ErrAmbiguousOutcome] (see "Failure handling" in the package
+// doc). No operation is retried. The Backend methods keep working after
+// [Store.Close], which only stops release notifications.
 type Store struct {
 	client       vk.Client
 	prefix       string
