@@ -25,6 +25,9 @@
 //     that reading and that reading + TTL (TTL truncated to the microsecond),
 //     so ExpiresAt - AcquiredAt is the granted TTL exactly. The server's key
 //     expiry (PEXPIREAT, set just after the grant's expiry) only cleans up.
+//     The server's clock is the authority: run it slewed (NTP or chrony
+//     without steps), since a forward step shortens every lease at once
+//     (the policy's SafetyMargin absorbs clock rate differences, not steps).
 //   - Fencing tokens strictly increase per key across release, expiry and
 //     client reconnects: the counter key is incremented by every
 //     acquisition and is never deleted, expired or decremented by this
