@@ -1,0 +1,464 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// Bounds and defaults.
+const (
+	// MaxConcurrency is the largest Options.Concurrency.
+	MaxConcurrency = 10_000
+	// DefaultKeyNamespace is the key namespace when Options.KeyNamespace is
+	// empty.
+	DefaultKeyNamespace = "queue"
+)
+
+// StopMode says what Stop does with items being processed.
+type StopMode uint8
+
+const (
+	// Finish (the zero value) lets in-flight handlers finish (and ack or
+	// nack as usual) while Stop waits; only if Stop's ctx ends first are
+	// their contexts canceled.
+	Finish StopMode = iota
+	// Abandon cancels in-flight handlers' contexts at once; an item whose
+	// handler then fails is nacked (redelivered at once to another worker).
+	Abandon
+)
+
+// String names the mode.
+func (m StopMode) String() string {
+	switch m {
+	case Finish:
+		return "finish"
+	case Abandon:
+		return "abandon"
+	}
+	return "invalid"
+}
+
+// Outcome is what a worker did with one delivery.
+type Outcome uint8
+
+const (
+	// Acked: the handler succeeded and the item was acknowledged while
+	// the item's lease was confirmed held.
+	Acked Outcome = iota + 1
+	// Nacked: the handler failed (Event.Err), or the worker stopped before
+	// handling it; the delivery was given back for redelivery.
+	Nacked
+	// Contended: another worker holds the item's lease (it is processing a
+	// concurrent delivery); this delivery was left alone.
+	Contended
+	// Lost: the item's lease was lost or could not be confirmed after the
+	// handler ran: the item was neither acked nor nacked (the source
+	// redelivers it after its visibility timeout).
+	Lost
+	// Failed: the item's lease could not be taken, the item's ID is not a
+	// valid key name, the ack or nack failed, or Receive failed (ItemID
+	// empty); Event.Err says why.
+	Failed
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Acked:
+		return "acked"
+	case Nacked:
+		return "nacked"
+	case Contended:
+		return "contended"
+	case Lost:
+		return "lost"
+	case Failed:
+		return "failed"
+	}
+	return "invalid"
+}
+
+// Event reports what a worker did with one delivery.
+type Event struct {
+	// ItemID is the item's ID (empty for a Receive failure).
+	ItemID string
+	// Outcome is what happened.
+	Outcome Outcome
+	// Token is the item lease's token when the handler ran.
+	Token leaseapi.Token
+	// Err is the handler's error (Nacked, Lost) or the failure (Failed).
+	Err error
+	// At is the local time of the event.
+	At time.Time
+}
+
+// Options configures a [Worker].
+type Options struct {
+	// Concurrency is how many items are processed at once (0: 1; at most
+	// MaxConcurrency). Each slot is one goroutine that receives an item and
+	// processes it.
+	Concurrency int
+	// Policy is the item leases' policy. Required.
+	Policy leaseapi.Policy
+	// Handler processes one item under its lease: ctx is canceled when the
+	// lease is lost or expires (context.Cause says why) and, in Abandon
+	// mode, when the worker stops; token is the lease's fencing token. It
+	// returns nil to ack and an error to nack. A panic is recovered and
+	// treated as an error (a *PanicError). Required.
+	Handler func(ctx context.Context, it Item, token leaseapi.Token) error
+	// KeyNamespace is the namespace of item lease keys; an item's key is
+	// "<namespace>/<item ID>". Empty means DefaultKeyNamespace. Workers
+	// that may receive the same items must share it.
+	KeyNamespace string
+	// OnStop is Finish (zero) or Abandon.
+	OnStop StopMode
+	// Clock drives pauses and ack deadlines. Nil is the real clock.
+	Clock clock.Clock
+	// OnEvent, if set, is called once per delivery (and per failed
+	// Receive) on the worker goroutine that handled it. It must not block
+	// for long.
+	OnEvent func(Event)
+	// Backoff is the pause after a failed Receive. Zero means
+	// Policy.RenewRetry(). Negative is invalid.
+	Backoff time.Duration
+}
+
+// PanicError reports a handler that panicked; the item is nacked. It
+// matches leaseapi.ErrInvalidState (the handler broke its contract). Its
+// message never contains the panic value; Value has it.
+type PanicError struct {
+	// Value is what the handler passed to panic.
+	Value any
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return "lease: queue: handler panicked" }
+
+// Unwrap makes the error match leaseapi.ErrInvalidState.
+func (e *PanicError) Unwrap() error { return leaseapi.ErrInvalidState }
+
+// String describes the panic value for logs that may contain it.
+func (e *PanicError) String() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+type state uint8
+
+const (
+	idle state = iota
+	started
+	stopped
+)
+
+// Worker consumes a [Source], processing each item under a managed lease
+// keyed by the item's ID. Build it with [New], then Start and Stop. It is
+// safe for concurrent use.
+type Worker struct {
+	c       *runtime.Client
+	src     Source
+	o       Options
+	ns      string
+	clk     clock.Clock
+	backoff time.Duration
+
+	// recv ends the receive loops (canceled by Stop); work is the base of
+	// every handler's ctx (canceled by Stop in Abandon mode, or when Stop's
+	// ctx ends). Both live from New to Stop.
+	recv, work             context.Context
+	cancelRecv, cancelWork context.CancelFunc
+
+	// mu guards st. wg counts the worker goroutines; done is closed by the
+	// goroutine Start spawns to wait for them.
+	mu   sync.Mutex
+	st   state
+	wg   sync.WaitGroup
+	done chan struct{}
+}
+
+// New returns a Worker that takes item leases through client and items
+// from src. It starts nothing. Errors (ErrInvalidState): a nil client or
+// source, a zero policy, a nil handler, a concurrency out of range, an
+// invalid namespace, an unknown stop mode, a negative backoff.
+func New(client *runtime.Client, src Source, o Options) (*Worker, error) {
+	const op = "new worker"
+	bad := func(detail string) (*Worker, error) {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, detail)
+	}
+	switch {
+	case client == nil:
+		return bad("nil client")
+	case src == nil:
+		return bad("nil source")
+	case o.Policy.Check() != nil:
+		return bad("zero policy")
+	case o.Handler == nil:
+		return bad("nil handler")
+	case o.Concurrency < 0 || o.Concurrency > MaxConcurrency:
+		return bad("concurrency out of range")
+	case o.OnStop != Finish && o.OnStop != Abandon:
+		return bad("unknown stop mode")
+	case o.Backoff < 0:
+		return bad("negative backoff")
+	}
+	ns := o.KeyNamespace
+	if ns == "" {
+		ns = DefaultKeyNamespace
+	}
+	if _, err := leaseapi.NewKey(ns, "x"); err != nil {
+		return bad("invalid key namespace")
+	}
+	w := &Worker{c: client, src: src, o: o, ns: ns, clk: o.Clock, backoff: o.Backoff, done: make(chan struct{})}
+	if w.o.Concurrency == 0 {
+		w.o.Concurrency = 1
+	}
+	if w.clk == nil {
+		w.clk = clock.New()
+	}
+	if w.backoff == 0 {
+		w.backoff = o.Policy.RenewRetry()
+	}
+	w.recv, w.cancelRecv = context.WithCancel(context.Background())
+	w.work, w.cancelWork = context.WithCancel(context.Background())
+	return w, nil
+}
+
+// Start starts Concurrency worker goroutines, each receiving and
+// processing one item at a time; each exits when Stop is called, after
+// its current item is done (acked, nacked or left). A goroutine waiting
+// for them exits right after. ctx is only checked. A nil ctx, a second
+// Start or a Start after Stop is ErrInvalidState; a done ctx is
+// ErrCanceled/ErrTimeout.
+func (w *Worker) Start(ctx context.Context) error {
+	const op = "start worker"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.st != idle {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already started or stopped")
+	}
+	w.st = started
+	for range w.o.Concurrency {
+		w.wg.Add(1)
+		go w.loop()
+	}
+	go func() {
+		w.wg.Wait()
+		close(w.done)
+	}()
+	return nil
+}
+
+// Stop stops receiving and, per OnStop, lets in-flight items finish or
+// cancels them, then waits until every worker goroutine has exited (every
+// in-flight item acked, nacked or left, its lease released). ctx bounds
+// the wait: when it ends first, in-flight handlers' contexts are canceled
+// (Finish escalates to Abandon) and Stop returns ErrCanceled/ErrTimeout;
+// a later Stop waits again. Idempotent; Stop before Start prevents Start.
+// A nil ctx is ErrInvalidState.
+func (w *Worker) Stop(ctx context.Context) error {
+	const op = "stop worker"
+	if ctx == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
+	}
+	w.mu.Lock()
+	if w.st == idle {
+		close(w.done)
+	}
+	w.st = stopped
+	w.mu.Unlock()
+	w.cancelRecv()
+	if w.o.OnStop == Abandon {
+		w.cancelWork()
+	}
+	select {
+	case <-w.done:
+		w.cancelWork()
+		return nil
+	case <-ctx.Done():
+		w.cancelWork()
+		return leaseapi.ContextError(op, ctx.Err())
+	}
+}
+
+func (w *Worker) emit(e Event) {
+	if w.o.OnEvent != nil {
+		e.At = w.clk.Now()
+		w.o.OnEvent(e)
+	}
+}
+
+// loop receives and processes items until Stop.
+func (w *Worker) loop() {
+	defer w.wg.Done()
+	for {
+		it, err := w.src.Receive(w.recv)
+		if w.recv.Err() != nil && err != nil {
+			return
+		}
+		if err != nil {
+			w.emit(Event{Outcome: Failed, Err: leaseapi.Wrap(err, "receive")})
+			tm := w.clk.Timer(w.backoff)
+			select {
+			case <-tm.C:
+			case <-w.recv.Done():
+				tm.Stop()
+				return
+			}
+			continue
+		}
+		w.process(it)
+	}
+}
+
+// process handles one delivery under the item's lease.
+func (w *Worker) process(it Item) {
+	ev := Event{ItemID: it.ID}
+	ctx := w.work
+	cleanup := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		// Abandoned before it started: give it back.
+		w.nack(cleanup, it, ev, nil)
+		return
+	}
+	key, err := leaseapi.NewKey(w.ns, it.ID)
+	if err != nil {
+		ev.Outcome, ev.Err = Failed, leaseapi.NewError("process item", leaseapi.ErrInvalidState, "item id not usable as a key")
+		w.emit(ev)
+		return
+	}
+	h, err := w.c.TryAcquire(ctx, key, w.o.Policy)
+	if err != nil {
+		ev.Outcome, ev.Err = Failed, err
+		if leaseapi.Kind(err) == leaseapi.ErrContended {
+			ev.Outcome, ev.Err = Contended, nil
+		}
+		w.emit(ev)
+		return
+	}
+	ev.Token = h.Token()
+	defer h.Release(cleanup) //nolint:errcheck // a failed release ends at the TTL
+	m, err := h.StartManaged(ctx)
+	if err != nil {
+		ev.Outcome, ev.Err = Failed, err
+		w.emit(ev)
+		return
+	}
+	defer m.Stop(cleanup) //nolint:errcheck // nil or ended
+
+	herr, lost := w.handle(ctx, h, m, it)
+	switch {
+	case lost != nil:
+		ev.Outcome, ev.Err = Lost, lost
+		if herr != nil {
+			ev.Err = herr
+		}
+		w.emit(ev)
+	case herr != nil:
+		// Give the lease back first, so that the redelivery is not
+		// contended by our own lease.
+		_ = m.Stop(cleanup)
+		_ = h.Release(cleanup)
+		w.nack(cleanup, it, ev, herr)
+	default:
+		w.ack(cleanup, h, it, ev)
+	}
+}
+
+// handle runs the handler with a ctx canceled on loss. It starts one
+// watcher goroutine that exits before handle returns. lost is non-nil if
+// the lease ended while the handler ran.
+func (w *Worker) handle(ctx context.Context, h *runtime.Handle, m *runtime.Managed, it Item) (herr, lost error) {
+	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, h))
+	defer cancel(nil)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case l, ok := <-m.Loss():
+			if ok {
+				lost = l.Err
+			}
+		case <-h.Done():
+			lost = leaseapi.NewError("process item", leaseapi.ErrLost, "lease ended")
+		case <-stop:
+		}
+		if lost != nil {
+			cancel(lost)
+		}
+	}()
+	herr = callHandler(hctx, w.o.Handler, it, h.Token())
+	close(stop)
+	<-watched
+	return herr, lost
+}
+
+// ack is fenced completion: the lease is confirmed with the backend
+// (Validate) and must still be Active locally right before the ack, which
+// is bounded by the lease's deadline.
+func (w *Worker) ack(cleanup context.Context, h *runtime.Handle, it Item, ev Event) {
+	if err := h.Validate(cleanup); err != nil {
+		ev.Outcome, ev.Err = Lost, err
+		w.emit(ev)
+		return
+	}
+	remaining := h.Deadline().Sub(w.clk.Now())
+	if h.State() != leaseapi.StateActive || remaining <= 0 {
+		ev.Outcome, ev.Err = Lost, leaseapi.NewError("ack item", leaseapi.ErrLost, "lease not active")
+		w.emit(ev)
+		return
+	}
+	actx, cancel := w.clk.WithTimeout(cleanup, remaining)
+	defer cancel()
+	if err := w.src.Ack(actx, it); err != nil {
+		ev.Outcome, ev.Err = Failed, leaseapi.Wrap(err, "ack item")
+		w.emit(ev)
+		return
+	}
+	ev.Outcome = Acked
+	w.emit(ev)
+}
+
+// nack gives the delivery back, bounded by the policy's OperationTimeout.
+func (w *Worker) nack(cleanup context.Context, it Item, ev Event, cause error) {
+	nctx, cancel := w.clk.WithTimeout(cleanup, w.o.Policy.OperationTimeout())
+	defer cancel()
+	if err := w.src.Nack(nctx, it); err != nil {
+		ev.Outcome, ev.Err = Failed, leaseapi.Wrap(err, "nack item")
+		w.emit(ev)
+		return
+	}
+	ev.Outcome, ev.Err = Nacked, cause
+	w.emit(ev)
+}
+
+// ctxKey keys the item's lease in the handler's ctx.
+type ctxKey struct{}
+
+// HandleFrom returns the lease a handler's ctx runs under (nil outside a
+// handler). Use it to check State before a protected action; do not
+// Release it: the worker does after the ack or nack.
+func HandleFrom(ctx context.Context) *runtime.Handle {
+	h, _ := ctx.Value(ctxKey{}).(*runtime.Handle)
+	return h
+}
+
+// callHandler calls h and turns a panic into a *PanicError.
+func callHandler(ctx context.Context, h func(context.Context, Item, leaseapi.Token) error, it Item, token leaseapi.Token) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return h(ctx, it, token)
+}
