@@ -1,0 +1,654 @@
+package safety_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/backend/postgres"
+	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/faultproxy"
+	"github.com/leasekit/lease/internal/testenv"
+	"github.com/leasekit/lease/internal/testserver"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+	"github.com/leasekit/lease/simtest"
+)
+
+// Repetitions of each real-server scenario per backend.
+const realReps = 3
+
+// The private servers of the real-server tier, started on first use so
+// that the simulation tier and the mutation runs start none. Valkey runs
+// with the append-only file but without fsync (appendfsync no) and
+// PostgreSQL with synchronous_commit=off and a 10s WAL writer delay: the
+// settings under which scenario 8 can lose acknowledged writes. Nothing
+// else crashes them, so the other scenarios are unaffected.
+var (
+	vkOnce sync.Once
+	vkSrv  *testserver.RedisServer
+	vkErr  error
+
+	pgOnce sync.Once
+	pgSrv  *testserver.PostgresServer
+	pgErr  error
+)
+
+// need skips t when a server is missing, or fails it when the project's
+// test command demands real backends (LEASE_REQUIRE_BACKENDS=1).
+func need(t *testing.T, name, envVar string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	msg := fmt.Sprintf("%s not available (%v); set %s to run these tests", name, err, envVar)
+	if testenv.RequireBackends() {
+		t.Fatalf("LEASE_REQUIRE_BACKENDS=1 but %s", msg)
+	}
+	t.Skip(msg)
+}
+
+func valkeyServer(t *testing.T) *testserver.RedisServer {
+	t.Helper()
+	vkOnce.Do(func() {
+		vkSrv, vkErr = testserver.StartRedis(testserver.RedisOptions{AppendOnly: true, AppendFsync: "no"})
+		if vkErr == nil {
+			atExit(vkSrv.Stop)
+		}
+	})
+	need(t, "valkey", testserver.EnvValkeyAddr, vkErr)
+	return vkSrv
+}
+
+func postgresServer(t *testing.T) *testserver.PostgresServer {
+	t.Helper()
+	pgOnce.Do(func() {
+		pgSrv, pgErr = testserver.StartPostgres(testserver.PostgresOptions{
+			SynchronousCommit: "off",
+			Settings:          []string{"wal_writer_delay=10000ms"},
+		})
+		if pgErr == nil {
+			atExit(pgSrv.Stop)
+		}
+	})
+	need(t, "postgres", testserver.EnvPostgresURL, pgErr)
+	return pgSrv
+}
+
+// realPolicy: ttl, margin ttl/8, renew every ttl/4, retry 30ms + up to
+// 20ms, wait 5s, operation timeout ttl/4.
+func realPolicy(t *testing.T, ttl time.Duration) leaseapi.Policy {
+	t.Helper()
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+		TTL: ttl, SafetyMargin: ttl / 8, RenewEvery: ttl / 4,
+		Retry: 30 * time.Millisecond, Jitter: 20 * time.Millisecond, Wait: 5 * time.Second,
+		OperationTimeout: ttl / 4,
+	})
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	return p
+}
+
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// realEnv is one repetition of a real-server scenario on one backend: its
+// own key prefix or schema, a history, and clients that each reach the
+// server through their own fault proxy.
+type realEnv struct {
+	t      *testing.T
+	kind   string // "valkey" or "postgres"
+	hist   *simtest.History
+	policy leaseapi.Policy
+
+	vk     *testserver.RedisServer
+	prefix string
+
+	pg     *testserver.PostgresServer
+	schema string
+
+	// oneConn limits each PostgreSQL store to one pooled connection, so
+	// that a cut hits the statement under test (scenario 3).
+	oneConn bool
+
+	mu        sync.Mutex
+	resources map[leaseapi.Key]*simtest.Resource
+}
+
+// realClient is one client: a fault proxy, a store behind it and a
+// runtime Client on the store (batching renewals when the store can).
+type realClient struct {
+	name  string
+	proxy *faultproxy.Proxy
+	store leaseapi.Backend
+	c     *runtime.Client
+}
+
+// forEachBackend runs scenario realReps times on Valkey and on PostgreSQL,
+// serially, each repetition in a fresh namespace, and checks the history.
+func forEachBackend(t *testing.T, ttl time.Duration, scenario func(e *realEnv)) {
+	for _, kind := range []string{"valkey", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			for rep := range realReps {
+				t.Run(fmt.Sprint("rep=", rep), func(t *testing.T) {
+					e := &realEnv{t: t, kind: kind, hist: simtest.NewHistory(), policy: realPolicy(t, ttl), resources: map[leaseapi.Key]*simtest.Resource{}}
+					switch kind {
+					case "valkey":
+						e.vk = valkeyServer(t)
+						e.prefix = randomName("safety-")
+					case "postgres":
+						e.pg = postgresServer(t)
+						e.schema = randomName("safety_")
+						e.migrate()
+					}
+					start := time.Now()
+					scenario(e)
+					if vs := e.hist.Check(); len(vs) > 0 {
+						t.Errorf("%d history violations, first: %v", len(vs), vs[0])
+						e.writeHistory()
+					}
+					t.Logf("%s rep %d: %v", kind, rep, time.Since(start).Round(time.Millisecond))
+				})
+			}
+		})
+	}
+}
+
+func (e *realEnv) writeHistory() {
+	dir := e.t.TempDir()
+	if d := getenv(envArtifacts); d != "" {
+		dir = d
+	}
+	path := fmt.Sprintf("%s/%s-history.json", dir, sanitize(e.t.Name()))
+	if err := writeJSONFile(path, e.hist.WriteJSON); err != nil {
+		e.t.Logf("history artifact: %v", err)
+		return
+	}
+	e.t.Logf("history written to %s", path)
+}
+
+func (e *realEnv) migrate() {
+	t := e.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, e.pg.URL())
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, postgres.Options{Schema: e.schema}); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	// The server loses unflushed commits when killed (scenario 8): make
+	// the schema durable now.
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatalf("CHECKPOINT: %v", err)
+	}
+	schema := e.schema
+	url := e.pg.URL()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+}
+
+// openStore returns a store of this env's namespace reaching the server at
+// addr ("" for the server itself), closed when the test ends.
+func (e *realEnv) openStore(addr string) leaseapi.Backend {
+	t := e.t
+	switch e.kind {
+	case "valkey":
+		if addr == "" {
+			addr = e.vk.Addr()
+		}
+		c, err := vk.NewClient(vk.ClientOption{
+			InitAddress: []string{addr}, DisableCache: true,
+			ConnWriteTimeout: 300 * time.Millisecond, PipelineMultiplex: -1,
+		})
+		if err != nil {
+			t.Fatalf("valkey client: %v", err)
+		}
+		t.Cleanup(c.Close)
+		s, err := valkey.New(c, valkey.Options{Prefix: e.prefix})
+		if err != nil {
+			t.Fatalf("valkey.New: %v", err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	default:
+		url := e.pg.URL()
+		if addr != "" {
+			url = e.pg.URLVia(addr)
+		}
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatalf("parse url: %v", err)
+		}
+		if e.oneConn {
+			cfg.MaxConns = 1
+		}
+		cfg.ConnConfig.ConnectTimeout = time.Second
+		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("pool: %v", err)
+		}
+		t.Cleanup(pool.Close)
+		s, err := postgres.New(pool, postgres.Options{Schema: e.schema})
+		if err != nil {
+			t.Fatalf("postgres.New: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
+// client makes a client named name behind its own fault proxy.
+func (e *realEnv) client(name string) *realClient {
+	t := e.t
+	target := ""
+	switch e.kind {
+	case "valkey":
+		target = e.vk.Addr()
+	default:
+		target = e.pg.Addr()
+	}
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatalf("fault proxy: %v", err)
+	}
+	s := e.openStore(p.Addr())
+	// Cleanups run last-registered first: the client releases through the
+	// proxy, then the proxy resets what is left (a connection stuck since
+	// a blackhole would otherwise hold up the pool's close), then the
+	// store and its connections close.
+	t.Cleanup(func() { _ = p.Close() })
+	c, err := runtime.NewClient(s, runtime.ClientOptions{})
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() {
+		p.Pass()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return &realClient{name: name, proxy: p, store: s, c: c}
+}
+
+func (e *realEnv) resource(k leaseapi.Key) *simtest.Resource {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.resources[k]
+	if r == nil {
+		r = simtest.NewResource(k.String(), e.hist)
+		e.resources[k] = r
+	}
+	return r
+}
+
+func (e *realEnv) admit(h *runtime.Handle) bool {
+	if h.State() != leaseapi.StateActive {
+		return false
+	}
+	e.hist.Admit(h.Key(), h.Owner(), h.Token(), time.Now())
+	return true
+}
+
+func (e *realEnv) write(h *runtime.Handle, v string) error {
+	return e.resource(h.Key()).Write(h.Owner(), h.Token(), v, time.Now())
+}
+
+func (e *realEnv) granted(h *runtime.Handle) {
+	e.hist.Grant(h.Key(), h.Owner(), h.Token(), time.Now())
+}
+
+func (e *realEnv) wantKind(what string, err, want error) {
+	e.t.Helper()
+	if got := leaseapi.Kind(err); got != want {
+		e.t.Errorf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+// eventually retries op (a client reconnecting after a fault) until it
+// succeeds or limit passes.
+func eventually(limit time.Duration, op func() error) error {
+	end := time.Now().Add(limit)
+	for {
+		err := op()
+		if err == nil || time.Now().After(end) {
+			return err
+		}
+		pause(context.Background(), 20*time.Millisecond)
+	}
+}
+
+// TestRealContention is scenario 1 on real servers: 8 clients (each its
+// own connection) contend for 3 keys for 3s with TTL 1s, half of the
+// holders managed; the history checker stays clean.
+func TestRealContention(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		keys := []leaseapi.Key{leaseapi.MustKey("sc1", "a"), leaseapi.MustKey("sc1", "b"), leaseapi.MustKey("sc1", "c")}
+		ctx, stop := context.WithTimeout(context.Background(), 3*time.Second)
+		defer stop()
+		var wg sync.WaitGroup
+		for i := range 8 {
+			c := e.client(fmt.Sprintf("c%d", i))
+			wg.Go(func() {
+				for n := 0; ctx.Err() == nil; n++ {
+					h, err := c.c.Acquire(ctx, keys[(i+n)%len(keys)], e.policy)
+					if err != nil {
+						continue
+					}
+					e.granted(h)
+					if n%2 == 0 {
+						if _, err := h.StartManaged(ctx); err != nil {
+							_ = h.Release(context.Background())
+							continue
+						}
+					}
+					for step := 0; step < 1+(i+n)%5 && ctx.Err() == nil; step++ {
+						if e.admit(h) {
+							_ = e.write(h, c.name)
+						}
+						pause(ctx, time.Duration(50+((i*7+n*13+step*29)%250))*time.Millisecond)
+					}
+					pause(context.Background(), time.Millisecond)
+					_ = h.Release(context.Background())
+				}
+			})
+		}
+		wg.Wait()
+		var grants int
+		for _, ev := range e.hist.Events() {
+			if ev.Kind == simtest.Granted {
+				grants++
+			}
+		}
+		if grants < 8 {
+			t.Errorf("only %d grants in 3s: too thin to prove anything", grants)
+		}
+	})
+}
+
+// TestRealRenewReplyLost is scenario 3 on real servers: a renewal whose
+// request reaches the server and commits but whose reply is lost
+// (faultproxy.CutAfterRequest) is ErrAmbiguousOutcome; the handle is
+// Uncertain at once and its deadline is not extended although the server
+// extended the grant; it is Active again only after a confirming Validate.
+func TestRealRenewReplyLost(t *testing.T) {
+	forEachBackend(t, 2*time.Second, func(e *realEnv) {
+		t := e.t
+		e.oneConn = true
+		k := leaseapi.MustKey("sc3", "k")
+		a := e.client("a")
+		direct := e.openStore("").(leaseapi.Inspector)
+		ctx := context.Background()
+		h, err := a.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		e.granted(h)
+		// Warm the renew and validate statements or scripts on the
+		// connection, so that the cut hits the renewal itself.
+		if err := h.Renew(ctx); err != nil {
+			t.Fatalf("warm Renew: %v", err)
+		}
+		if err := h.Validate(ctx); err != nil {
+			t.Fatalf("warm Validate: %v", err)
+		}
+		before, _, err := direct.Inspect(ctx, k)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		deadline := h.Deadline()
+		cut := a.proxy.CutAfterRequest()
+		err = h.Renew(ctx)
+		<-cut
+		e.wantKind("Renew with its reply cut", err, leaseapi.ErrAmbiguousOutcome)
+		if st := h.State(); st != leaseapi.StateUncertain {
+			t.Errorf("after the cut renewal: state %v, want uncertain", st)
+		}
+		if !h.Deadline().Equal(deadline) {
+			t.Errorf("the ambiguous renewal moved the deadline by %v", h.Deadline().Sub(deadline))
+		}
+		after, held, err := direct.Inspect(ctx, k)
+		if err != nil || !held || after.Token != h.Token() {
+			t.Fatalf("server after the cut: held %v token %d (%v)", held, after.Token, err)
+		}
+		if !after.ExpiresAt.After(before.ExpiresAt) {
+			t.Errorf("the cut renewal did not commit on the server: the scenario did not happen")
+		}
+		if e.admit(h) {
+			t.Errorf("admitted while uncertain")
+		}
+		// The confirming read (the client reconnects first).
+		if err := eventually(e.policy.TTL()/2, func() error { return h.Validate(ctx) }); err != nil {
+			t.Fatalf("Validate after the cut: %v (state %v)", err, h.State())
+		}
+		if !e.admit(h) {
+			t.Errorf("not Active after a confirming Validate: %v", h.State())
+		}
+		if !h.Deadline().Equal(deadline) {
+			t.Errorf("Validate moved the deadline")
+		}
+		if err := h.Renew(ctx); err != nil {
+			t.Errorf("Renew after recovery: %v", err)
+		} else if !h.Deadline().After(deadline) {
+			t.Errorf("a confirmed renewal did not extend the deadline")
+		}
+		_ = h.Release(ctx)
+	})
+}
+
+// TestRealPartition is scenario 6 on real servers: a managed holder behind
+// a blackholed proxy for 3×TTL turns Uncertain, then Expired no later than
+// the partition's start + TTL - margin (its last confirmed renewal was
+// sent before that), with exactly one Loss; after the heal the other
+// client acquires with a higher token and the partitioned client can
+// acquire again.
+func TestRealPartition(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		t := e.t
+		k := leaseapi.MustKey("sc6", "k")
+		a, b := e.client("a"), e.client("b")
+		ctx := context.Background()
+		h, err := a.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		e.granted(h)
+		m, err := h.StartManaged(ctx)
+		if err != nil {
+			t.Fatalf("StartManaged: %v", err)
+		}
+		pause(ctx, e.policy.TTL()) // a few managed renewals
+		if !e.admit(h) {
+			t.Fatalf("not Active before the partition: %v", h.State())
+		}
+		a.proxy.Blackhole()
+		start := time.Now()
+		bound := start.Add(e.policy.TTL() - e.policy.SafetyMargin())
+		var seen []leaseapi.State
+		for time.Since(start) < 3*e.policy.TTL() {
+			st := h.State()
+			if len(seen) == 0 || seen[len(seen)-1] != st {
+				seen = append(seen, st)
+			}
+			if !time.Now().Before(bound) && st != leaseapi.StateExpired {
+				t.Errorf("state %v %v after the bound", st, time.Since(bound))
+			}
+			if h.Deadline().After(bound) {
+				t.Errorf("deadline %v past the partition's start + TTL - margin", h.Deadline().Sub(bound))
+			}
+			if e.admit(h) {
+				_ = e.write(h, "a")
+			}
+			pause(ctx, 5*time.Millisecond)
+		}
+		if fmt.Sprint(seen) != fmt.Sprint([]leaseapi.State{leaseapi.StateActive, leaseapi.StateUncertain, leaseapi.StateExpired}) {
+			t.Errorf("states during the partition: %v, want [active uncertain expired]", seen)
+		}
+		a.proxy.Pass()
+		healed := time.Now()
+		select {
+		case l, ok := <-m.Loss():
+			if !ok || l.State != leaseapi.StateExpired {
+				t.Errorf("Loss: %+v (ok %v), want one in state expired", l, ok)
+			} else if l.At.After(bound.Add(100 * time.Millisecond)) {
+				t.Errorf("Loss at %v after the bound", l.At.Sub(bound))
+			}
+		case <-time.After(time.Second):
+			t.Errorf("no Loss")
+		}
+		select {
+		case l, ok := <-m.Loss():
+			if ok {
+				t.Errorf("a second Loss: %+v", l)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("Loss channel not closed")
+		}
+		hb, err := b.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("b after the heal: %v", err)
+		}
+
+		e.granted(hb)
+		if hb.Token() <= h.Token() {
+			t.Errorf("b's token %d not above a's %d", hb.Token(), h.Token())
+		}
+		if e.admit(hb) {
+			_ = e.write(hb, "b")
+		}
+		pause(ctx, time.Millisecond)
+		_ = hb.Release(ctx)
+		// C6: a fresh acquisition through the healed link.
+		fresh, err := a.c.Acquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("fresh acquire %v after the heal: %v", time.Since(healed).Round(time.Millisecond), err)
+		}
+		t.Logf("fresh acquire through the healed link %v after the heal", time.Since(healed).Round(time.Millisecond))
+		e.granted(fresh)
+		if fresh.Token() <= hb.Token() {
+			t.Errorf("fresh token %d not above %d", fresh.Token(), hb.Token())
+		}
+		_ = fresh.Release(ctx)
+	})
+}
+
+// TestRealPausedHolder is scenario 2 on real servers: a holder admitted to
+// protected work stops acting for 2×TTL (a managed holder's connection is
+// blackholed meanwhile, as a stopped process's would be); another client
+// acquires and writes. On resume the handle reports Expired first, the
+// write with the old token is rejected by the fenced resource, and the new
+// holder's token is higher.
+func TestRealPausedHolder(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		t := e.t
+		k := leaseapi.MustKey("sc2", "k")
+		a, b := e.client("a"), e.client("b")
+		ctx := context.Background()
+		h, err := a.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		e.granted(h)
+		managed := t.Name()[len(t.Name())-1]%2 == 0 // reps 0 and 2 managed
+		var m *runtime.Managed
+		if managed {
+			if m, err = h.StartManaged(ctx); err != nil {
+				t.Fatalf("StartManaged: %v", err)
+			}
+		}
+		if !e.admit(h) {
+			t.Fatalf("not Active: %v", h.State())
+		}
+		if err := e.write(h, "a-before"); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if managed {
+			a.proxy.Blackhole()
+		}
+		var hb *runtime.Handle
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			got, err := b.c.Acquire(ctx, k, e.policy)
+			if err != nil {
+				rctx, cancel := context.WithTimeout(ctx, time.Second)
+				defer cancel()
+				rec, held, ierr := b.store.(leaseapi.Inspector).Inspect(rctx, k)
+				t.Errorf("b: Acquire: %v (inspect: held %v token %d expires in %v, %v; a's token %d)", err, held, rec.Token, time.Until(rec.ExpiresAt), ierr, h.Token())
+				return
+			}
+			e.granted(got)
+			if e.admit(got) {
+				if err := e.write(got, "b"); err != nil {
+					t.Errorf("b: write: %v", err)
+				}
+			}
+			hb = got
+		})
+		pause(ctx, 2*e.policy.TTL()) // the pause: a does nothing
+		if st := h.State(); st != leaseapi.StateExpired {
+			t.Errorf("a on resume: state %v, want expired", st)
+		}
+		wg.Wait()
+		if hb == nil {
+			t.Fatal("b never acquired")
+		}
+		e.wantKind("a: write with the old token after the pause", e.write(h, "a-after"), leaseapi.ErrStaleOwner)
+		if hb.Token() <= h.Token() {
+			t.Errorf("b's token %d not above a's %d", hb.Token(), h.Token())
+		}
+		if managed {
+			a.proxy.Pass()
+			select {
+			case l, ok := <-m.Loss():
+				if !ok || l.State != leaseapi.StateExpired {
+					t.Errorf("Loss: %+v (ok %v), want expired", l, ok)
+				}
+			case <-time.After(time.Second):
+				t.Errorf("no Loss")
+			}
+		}
+		_ = hb.Release(ctx)
+	})
+}
+
+func getenv(k string) string { return os.Getenv(k) }
+
+// sanitize makes a test name usable as a file name.
+func sanitize(s string) string { return strings.NewReplacer("/", "_", " ", "_", "=", "-").Replace(s) }
+
+func writeJSONFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
