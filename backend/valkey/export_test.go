@@ -7,3 +7,6 @@ var (
 	SrcRelease = srcRelease
 	SrcRenew   = srcRenew
 )
+
+// Classify exposes classify to the table test of real driver errors.
+var Classify = classify
