@@ -11,7 +11,8 @@ import (
 	"github.com/leasekit/lease/leaseapi"
 )
 
-// Item is one message of a queue.
+// Item is one message of a queue. It is a value; the Worker does not
+// modify Payload.
 type Item struct {
 	// ID identifies the item across redeliveries: two deliveries of one
 	// item carry the same ID. It names the item's lease (it must be a valid
@@ -43,6 +44,7 @@ type Source interface {
 }
 
 // MemoryOptions configures a [MemorySource]. The zero value is valid.
+// The value is not kept.
 type MemoryOptions struct {
 	// Clock drives visibility timeouts. Nil is the real clock.
 	Clock clock.Clock

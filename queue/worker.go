@@ -21,7 +21,8 @@ const (
 	DefaultKeyNamespace = "queue"
 )
 
-// StopMode says what Stop does with items being processed.
+// StopMode says what Stop does with items being processed. It is a value,
+// safe for concurrent use.
 type StopMode uint8
 
 const (
@@ -45,7 +46,8 @@ func (m StopMode) String() string {
 	return "invalid"
 }
 
-// Outcome is what a worker did with one delivery.
+// Outcome is what a worker did with one delivery. It is a value, safe for
+// concurrent use.
 type Outcome uint8
 
 const (
@@ -85,7 +87,8 @@ func (o Outcome) String() string {
 	return "invalid"
 }
 
-// Event reports what a worker did with one delivery.
+// Event reports what a worker did with one delivery. It is a value, handed
+// to Options.OnEvent and not kept.
 type Event struct {
 	// ItemID is the item's ID (empty for a Receive failure).
 	ItemID string
@@ -99,7 +102,7 @@ type Event struct {
 	At time.Time
 }
 
-// Options configures a [Worker].
+// Options configures a [Worker]. New copies it; the value is not kept.
 type Options struct {
 	// Concurrency is how many items are processed at once (0: 1; at most
 	// MaxConcurrency). Each slot is one goroutine that receives an item and
@@ -130,7 +133,8 @@ type Options struct {
 	Backoff time.Duration
 }
 
-// PanicError reports a handler that panicked; the item is nacked. It
+// PanicError reports a handler that panicked; the item is nacked. It is
+// immutable once made and safe for concurrent use. It
 // matches leaseapi.ErrInvalidState (the handler broke its contract). Its
 // message never contains the panic value; Value has it.
 type PanicError struct {
@@ -157,7 +161,10 @@ const (
 
 // Worker consumes a [Source], processing each item under a managed lease
 // keyed by the item's ID. Build it with [New], then Start and Stop. It is
-// safe for concurrent use.
+// safe for concurrent use. It owns neither the client nor the source:
+// close them after Stop. A client closed under a running Worker fails every
+// item's lease (Failed events matching ErrInvalidState; the source
+// redelivers the items) until Stop.
 type Worker struct {
 	c       *runtime.Client
 	src     Source
@@ -172,8 +179,9 @@ type Worker struct {
 	recv, work             context.Context
 	cancelRecv, cancelWork context.CancelFunc
 
-	// mu guards st. wg counts the worker goroutines; done is closed by the
-	// goroutine Start spawns to wait for them.
+	// mu guards st. wg counts the worker goroutines. done is closed exactly
+	// once: by the goroutine Start spawns once wg is zero, or by Stop if
+	// Start never ran; Stop waits on it under its ctx.
 	mu   sync.Mutex
 	st   state
 	wg   sync.WaitGroup

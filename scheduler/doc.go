@@ -92,11 +92,13 @@
 //
 // A claim without a reliable outcome (backend unavailable, ambiguous) is
 // retried every Policy.Retry until Policy.Wait after the slot's time, then
-// reported as [Failed]; an ambiguous claim that did get token 1 leaves the
-// slot unrun (at most once wins over exactly once). A run whose lease is
-// lost has its ctx canceled with the loss as cause, and a job that returns
-// nil after a loss is reported with an ErrLost error. Every outcome is
-// reported through Options.OnEvent; the package never logs.
+// reported as [Failed]; a claim that did get token 1 but could not be used
+// (its reply was lost and could not be resolved, or it arrived after its
+// deadline) leaves the slot unrun: at most once wins over exactly once.
+// A run whose lease is lost has its ctx canceled with the loss as cause,
+// and a job that returns nil after a loss is reported with an ErrLost
+// error. Every outcome is reported through Options.OnEvent; the package
+// never logs.
 //
 // # What this package does not do
 //

@@ -8,7 +8,8 @@ import (
 
 // PanicError reports a job that panicked. The scheduler recovers the panic,
 // releases the run's lease and reports the error in an [Event]; the panic
-// never reaches the scheduler's goroutine. It matches
+// never reaches the scheduler's goroutine. It is immutable once made and
+// safe for concurrent use. It matches
 // leaseapi.ErrInvalidState (the job broke its contract). Its message never
 // contains the panic value, which may hold anything; Value has it.
 type PanicError struct {

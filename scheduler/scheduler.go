@@ -13,7 +13,8 @@ import (
 	"github.com/leasekit/lease/runtime"
 )
 
-// Mode says how the servers of a fleet share a job.
+// Mode says how the servers of a fleet share a job. It is a value, safe
+// for concurrent use.
 type Mode uint8
 
 const (
@@ -49,7 +50,9 @@ const DefaultKeyNamespace = "scheduler"
 const maxCatchUp = 10_000
 
 // Job is one scheduled job. Every server of a fleet must add the job with
-// the same Name, Schedule and Mode.
+// the same Name, Schedule and Mode. A Job is a value; the Scheduler only
+// reads it, and calls Run from the job's goroutine (one run at a time per
+// Scheduler).
 type Job struct {
 	// Name identifies the job across the fleet: 1 to MaxJobNameBytes bytes
 	// of valid UTF-8 without control bytes or '/'. It is part of the lease
@@ -71,7 +74,8 @@ type Job struct {
 	Run func(ctx context.Context, token leaseapi.Token) error
 }
 
-// Outcome is what a server did with one slot.
+// Outcome is what a server did with one slot. It is a value, safe for
+// concurrent use.
 type Outcome uint8
 
 const (
@@ -108,7 +112,8 @@ func (o Outcome) String() string {
 	return "invalid"
 }
 
-// Event reports what this server did with one slot of one job.
+// Event reports what this server did with one slot of one job. It is a
+// value, handed to Options.OnEvent and not kept.
 type Event struct {
 	// Job is the job's name.
 	Job string
@@ -124,7 +129,8 @@ type Event struct {
 	At time.Time
 }
 
-// Options configures a [Scheduler]. The zero value is valid.
+// Options configures a [Scheduler]. The zero value is valid. New copies
+// what it needs; the Options value is not kept.
 type Options struct {
 	// Clock decides when slots are due and drives every wait. Nil is the
 	// real clock. Servers' clocks may differ (see the package doc).
@@ -156,7 +162,9 @@ type job struct {
 
 // Scheduler runs jobs on schedules, coordinating the servers of a fleet
 // through leases on one backend. Build it with [New], add jobs, Start,
-// Stop. It is safe for concurrent use.
+// Stop. It is safe for concurrent use. It does not own the client: close
+// the client after Stop. A client closed under a running Scheduler fails
+// every claim (Failed events matching ErrInvalidState) until Stop.
 type Scheduler struct {
 	c       *runtime.Client
 	clk     clock.Clock
@@ -169,8 +177,9 @@ type Scheduler struct {
 	names  map[string]struct{}
 	st     state
 	cancel context.CancelFunc
-	// wg counts the job goroutines; done is closed by the goroutine Start
-	// spawns to wait for them, so Stop can wait under a ctx.
+	// wg counts the job goroutines. done is closed exactly once: by the
+	// goroutine Start spawns once wg is zero, or by Stop if Start never
+	// ran; Stop waits on it under its ctx.
 	wg   sync.WaitGroup
 	done chan struct{}
 }

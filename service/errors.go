@@ -9,7 +9,8 @@ import (
 // PanicError reports a panic in Options.Run or in a leadership callback.
 // The Singleton recovers it, steps down (releasing the lease) and reports
 // it through Options.OnError; the panic never reaches the campaign
-// goroutine. It matches leaseapi.ErrInvalidState (the callback broke its
+// goroutine. It is immutable once made and safe for concurrent use. It
+// matches leaseapi.ErrInvalidState (the callback broke its
 // contract). Its message never contains the panic value; Value has it.
 type PanicError struct {
 	// Value is what was passed to panic.

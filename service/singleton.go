@@ -12,7 +12,8 @@ import (
 	"github.com/leasekit/lease/runtime"
 )
 
-// Options configures a [Singleton].
+// Options configures a [Singleton]. New copies it; the value is not kept.
+// The callbacks are called from the campaign goroutine, one at a time.
 type Options struct {
 	// Key is the leadership lease's key; every candidate uses the same one.
 	// Required.
@@ -62,7 +63,10 @@ const (
 // Singleton runs a function on exactly one candidate of a fleet at a time:
 // leader election on one lease. Build it with [New]; drive it either with
 // Start and Stop (uber-go/fx OnStart/OnStop hooks) or with Serve (a
-// thejerf/suture Service). It is safe for concurrent use.
+// thejerf/suture Service). It is safe for concurrent use. It does not own
+// the client: close it after Stop. A client closed under a running
+// Singleton fails every campaign (reported through OnError, matching
+// ErrInvalidState) until Stop.
 type Singleton struct {
 	c       *runtime.Client
 	o       Options
