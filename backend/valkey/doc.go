@@ -116,9 +116,11 @@
 //     is not failover-safe: protect the resource with the token.
 //   - Eviction: with maxmemory, use maxmemory-policy noeviction. An allkeys-*
 //     policy can evict token counters (tokens restart); a volatile-* policy
-//     can evict live lease hashes (a second holder). The server refuses
-//     acquisitions when it is out of memory under noeviction
-//     ([leaseapi.ErrBackendUnavailable]).
+//     can evict live lease hashes (a second holder). Under noeviction, a
+//     server out of memory refuses every mutation script before it runs
+//     (tested): TryAcquire, Renew (so leases run out: fail closed), Release
+//     and Guard are [leaseapi.ErrBackendUnavailable] and write nothing;
+//     Validate and Inspect still answer.
 //   - FLUSHALL, FLUSHDB or deleting the keys by hand resets tokens.
 //
 // # Failure handling

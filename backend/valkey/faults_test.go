@@ -369,3 +369,44 @@ func TestWatchersWokenOnReconnect(t *testing.T) {
 		rec = acquireOK(t, holder, k)
 	}
 }
+
+// TestOutOfMemoryWritesNothing: a server out of memory (noeviction)
+// refuses every mutation script before it runs (the shebang makes it check
+// up front), so the refusal is ErrBackendUnavailable and nothing, not even
+// the token counter, changed; the read-only scripts still answer.
+func TestOutOfMemoryWritesNothing(t *testing.T) {
+	srv := privateServer(t, testserver.RedisOptions{Args: []string{"--maxmemory-policy", "noeviction"}})
+	s := newStore(t, newClient(t, srv.Addr()), valkey.Options{})
+	ctx := t.Context()
+	k := leaseapi.MustKey("ns", "oom")
+	rec, err := s.TryAcquire(ctx, k, ownerA, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TryAcquire(ctx, leaseapi.MustKey("ns", "oom-other"), ownerA, time.Second)
+	wantKind(t, "TryAcquire out of memory", err, leaseapi.ErrBackendUnavailable)
+	_, err = s.Renew(ctx, rec, 5*time.Second)
+	wantKind(t, "Renew out of memory", err, leaseapi.ErrBackendUnavailable)
+	ck, _ := s.CacheKey(k, "c")
+	wantKind(t, "Guard out of memory", s.Guard(ctx, rec, ck, "v", 0), leaseapi.ErrBackendUnavailable)
+	wantKind(t, "Release out of memory", s.Release(ctx, rec), leaseapi.ErrBackendUnavailable)
+	if err := s.Validate(ctx, rec); err != nil {
+		t.Fatalf("Validate out of memory: got %v, want nil", err)
+	}
+	if got, held, err := s.Inspect(ctx, leaseapi.MustKey("ns", "oom-other")); err != nil || held || got.Token != 0 {
+		t.Fatalf("refused acquisition: got (token %d, held %v, %v), want nothing written", got.Token, held, err)
+	}
+	if _, err := srv.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	next, err := s.TryAcquire(ctx, k, ownerB, time.Second)
+	if err != nil || next.Token != rec.Token+1 {
+		t.Fatalf("after OOM: got (token %d, %v), want token %d", next.Token, err, rec.Token+1)
+	}
+}
