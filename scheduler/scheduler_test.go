@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -353,4 +354,42 @@ func (s onceSchedule) Next(t time.Time) time.Time {
 		return s.at
 	}
 	return time.Time{}
+}
+
+// TestLateServerSkipsReleasedSlot isolates the claim rule: server A runs a
+// slot and releases its lease; server B, whose clock is 30s behind, claims
+// the same slot key afterwards, is granted it (token 2: nothing holds the
+// key any more) and still skips it, because only token 1 runs a slot.
+func TestLateServerSkipsReleasedSlot(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store := newStore(t)
+		a := newServer(t, store, "a", 0)
+		b := newServer(t, store, "b", -30*time.Second)
+		var ran []string
+		for _, srv := range []*server{a, b} {
+			err := srv.sched.Add(scheduler.Job{
+				Name: "j", Schedule: scheduler.Every(time.Hour), Mode: scheduler.OnOneServer, Policy: jobPolicy(t),
+				Run: func(context.Context, leaseapi.Token) error { ran = append(ran, srv.name); return nil },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		simtest.Advance(time.Minute) // both clocks in the same hour
+		start(t, a.sched)
+		start(t, b.sched)
+		slot := scheduler.Every(time.Hour).Next(time.Now())
+		simtest.Advance(time.Hour)
+		if len(ran) != 1 || ran[0] != "a" {
+			t.Fatalf("ran on %v, want a only", ran)
+		}
+		if evs := b.eventList(); len(evs) != 1 || evs[0].Outcome != scheduler.Taken || !evs[0].Slot.Equal(slot) {
+			t.Fatalf("late server events %+v, want the slot Taken", evs)
+		}
+		k := leaseapi.MustKey(scheduler.DefaultKeyNamespace, fmt.Sprintf("j/slot/%d", slot.UnixNano()))
+		rec, held, err := store.Inspect(t.Context(), k)
+		if err != nil || held || rec.Token != 2 {
+			t.Fatalf("slot key: token %d, held %v, err %v; want token 2 (the late claim), released", rec.Token, held, err)
+		}
+	})
 }
