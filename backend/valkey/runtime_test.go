@@ -154,3 +154,48 @@ func TestRuntimeRenewalFailsClosedDuringPause(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRuntimeReplyLost: through the runtime, an acquisition whose reply is
+// lost is resolved by Inspect (the grant is adopted, never left to a second
+// holder), and a renewal whose reply is lost makes the handle Uncertain
+// until a later renewal succeeds.
+func TestRuntimeReplyLost(t *testing.T) {
+	addr := serverAddr(t)
+	p, s, direct := proxied(t, addr)
+	c := newRuntime(t, s, runtime.ClientOptions{})
+	pol, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 5 * time.Second, OperationTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("ns", "runtime-cut")
+	healthy(t, s, k)
+	done := p.CutAfterRequest()
+	h, err := c.TryAcquire(t.Context(), k, pol)
+	<-done
+	if err != nil {
+		t.Fatalf("TryAcquire with its reply lost: got %v, want the grant adopted through Inspect", err)
+	}
+	rec, held, err := direct.Inspect(t.Context(), k)
+	if err != nil || !held || rec.Owner != h.Owner() || rec.Token != h.Token() {
+		t.Fatalf("server state: got (owner %q token %d held %v, %v), want the handle's grant", rec.Owner, rec.Token, held, err)
+	}
+	if _, err := direct.TryAcquire(t.Context(), k, ownerB, time.Second); leaseapi.Kind(err) != leaseapi.ErrContended {
+		t.Fatalf("second acquirer: got %v, want ErrContended", err)
+	}
+
+	healthy(t, s, k)
+	done = p.CutAfterRequest()
+	err = h.Renew(t.Context())
+	<-done
+	wantKind(t, "Renew with its reply lost", err, leaseapi.ErrAmbiguousOutcome)
+	if st := h.State(); st != leaseapi.StateUncertain {
+		t.Fatalf("state after an ambiguous renewal: got %v, want uncertain", st)
+	}
+	eventually(t, "Renew after the cut", func() error { return h.Renew(t.Context()) })
+	if st := h.State(); st != leaseapi.StateActive {
+		t.Fatalf("state after a successful renewal: got %v, want active", st)
+	}
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
