@@ -184,3 +184,16 @@ func checkTerms(t *testing.T, ts []term) {
 		}
 	}
 }
+
+// pause waits d on the clock (simulated inside simtest.Simulate) or until
+// ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
