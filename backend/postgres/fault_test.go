@@ -234,6 +234,11 @@ func TestFaultTerminateBackend(t *testing.T) {
 	}
 	cycle()
 	waitWake("before terminate")
+	// The listener may have hijacked the pool's only connection: make sure
+	// the pool has one of its own again.
+	if err := s.Validate(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
 
 	var killed int
 	if err := direct.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil {
