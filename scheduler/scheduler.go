@@ -364,6 +364,10 @@ func (s *Scheduler) loop(ctx context.Context, j *job) {
 		if slot.IsZero() {
 			return
 		}
+		if slot.After(s.clk.Now()) {
+			next = slot // too far behind to walk every slot: wait for this one
+			continue
+		}
 		s.runSlot(ctx, j, slot)
 		if ctx.Err() != nil {
 			return
@@ -388,7 +392,7 @@ func (s *Scheduler) skipPassed(j *job, slot, now time.Time, due bool) time.Time 
 		n := slot
 		if due {
 			n = j.Schedule.Next(slot)
-			if n.IsZero() || n.After(now) {
+			if n.IsZero() || n.After(now) || !n.After(slot) {
 				return slot
 			}
 		} else if !slot.Before(now) {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/benbjohnson/clock"
 
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/scheduler"
@@ -393,3 +396,60 @@ func TestLateServerSkipsReleasedSlot(t *testing.T) {
 		}
 	})
 }
+
+// TestFarBehindWaitsForTheNextSlot: a server whose clock jumps more than
+// maxCatchUp slots ahead (or that wakes that late) reports what it can as
+// Missed and waits for the next slot instead of claiming it early.
+func TestFarBehindWaitsForTheNextSlot(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		clk := &jumpClock{offsetClock: offsetClock{clock.New(), 0}}
+		store := newStore(t)
+		srv := newServer(t, store, "s", 0)
+		s, err := scheduler.New(srv.client, scheduler.Options{Clock: clk, OnEvent: srv.record})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ranAt []time.Duration
+		err = s.Add(scheduler.Job{Name: "j", Schedule: scheduler.Every(time.Second), Mode: scheduler.OnOneServer, Policy: jobPolicy(t),
+			Run: func(ctx context.Context, _ leaseapi.Token) error {
+				slot, _ := scheduler.Slot(ctx)
+				ranAt = append(ranAt, clk.Now().Sub(slot))
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, s)
+		simtest.Advance(500 * time.Millisecond)
+		clk.jump(5 * time.Hour) // 18,000 slots pass at once
+		simtest.Advance(3 * time.Second)
+		for i, d := range ranAt {
+			if d < 0 {
+				t.Fatalf("run %d started %v before its slot", i, -d)
+			}
+		}
+		if len(ranAt) < 2 || srv.count(scheduler.Missed) < 10_000 {
+			t.Fatalf("runs %v, missed %d", ranAt, srv.count(scheduler.Missed))
+		}
+	})
+}
+
+// jumpClock is an offsetClock whose offset can jump.
+type jumpClock struct {
+	offsetClock
+	mu sync.Mutex
+}
+
+func (c *jumpClock) jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+func (c *jumpClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offsetClock.Now()
+}
+func (c *jumpClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c *jumpClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
