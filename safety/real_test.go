@@ -29,6 +29,14 @@ import (
 // Repetitions of each real-server scenario per backend.
 const realReps = 3
 
+// reps is realReps, or one under -short.
+func reps() int {
+	if testing.Short() {
+		return 1
+	}
+	return realReps
+}
+
 // The private servers of the real-server tier, started on first use so
 // that the simulation tier and the mutation runs start none. Valkey runs
 // with the append-only file but without fsync (appendfsync no) and
@@ -144,7 +152,7 @@ type realClient struct {
 func forEachBackend(t *testing.T, ttl time.Duration, scenario func(e *realEnv)) {
 	for _, kind := range []string{"valkey", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
-			for rep := range realReps {
+			for rep := range reps() {
 				t.Run(fmt.Sprint("rep=", rep), func(t *testing.T) {
 					e := &realEnv{t: t, kind: kind, hist: simtest.NewHistory(), policy: realPolicy(t, ttl), resources: map[leaseapi.Key]*simtest.Resource{}}
 					switch kind {
@@ -733,7 +741,7 @@ func TestRealCrashRestart(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for rep := range realReps {
+			for rep := range reps() {
 				t.Run(fmt.Sprint("rep=", rep), func(t *testing.T) {
 					e := &realEnv{t: t, kind: tc.kind, hist: simtest.NewHistory(), policy: realPolicy(t, time.Second),
 						resources: map[leaseapi.Key]*simtest.Resource{}, prefix: randomName("safety-")}
@@ -885,4 +893,165 @@ func crashRun(e *realEnv, crash func(*testing.T, *realEnv)) (regressed bool) {
 		_ = hx.Release(ctx)
 	}
 	return regressed
+}
+
+// TestRealAcquireReplyLost is scenario 4 on real servers: the request of
+// an acquisition commits on the server but its reply is cut. The runtime
+// either adopts the grant by owner id (the handle carries the committed
+// token) or, if it cannot read the key in time, returns
+// ErrAmbiguousOutcome and hands out nothing; then the orphan grant blocks
+// the key until its TTL. Either way another client's later grant has a
+// higher token, and nothing overlaps.
+func TestRealAcquireReplyLost(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		t := e.t
+		e.oneConn = true
+		k := leaseapi.MustKey("sc4", "k")
+		a, b := e.client("a"), e.client("b")
+		direct := e.openStore("").(leaseapi.Inspector)
+		ctx := context.Background()
+		// Warm the acquire, inspect and release statements or scripts on
+		// a's connection, so that the cut hits the acquisition itself.
+		warm, err := a.c.TryAcquire(ctx, leaseapi.MustKey("sc4", "warm"), e.policy)
+		if err != nil {
+			t.Fatalf("warm TryAcquire: %v", err)
+		}
+		if _, _, err := a.store.(leaseapi.Inspector).Inspect(ctx, k); err != nil {
+			t.Fatalf("warm Inspect: %v", err)
+		}
+		_ = warm.Release(ctx)
+		cut := a.proxy.CutAfterRequest()
+		sent := time.Now()
+		// The acquisition was sent before the cut fired (the server had
+		// replied); the resolving read comes after.
+		cutAt := make(chan time.Time, 1)
+		go func() { <-cut; cutAt <- time.Now() }()
+		ha, err := a.c.TryAcquire(ctx, k, e.policy)
+		fired := <-cutAt
+		rec, held, ierr := direct.Inspect(ctx, k)
+		if ierr != nil || !held {
+			t.Fatalf("server after the cut: held %v (%v): the acquisition did not commit, the scenario did not happen", held, ierr)
+		}
+		switch {
+		case err == nil:
+			e.granted(ha)
+			if ha.Token() != rec.Token || ha.Owner() != rec.Owner {
+				t.Errorf("adopted token %d owner %q, committed token %d owner %q", ha.Token(), ha.Owner(), rec.Token, rec.Owner)
+			}
+			if ha.Deadline().After(fired.Add(e.policy.TTL() - e.policy.SafetyMargin())) {
+				t.Errorf("adopted grant's deadline %v past the lost reply + TTL - margin", ha.Deadline().Sub(fired))
+			}
+			t.Logf("lost reply resolved: adopted token %d", ha.Token())
+		default:
+			e.wantKind("unresolved lost acquisition", err, leaseapi.ErrAmbiguousOutcome)
+			if ha != nil {
+				t.Errorf("a handle returned with an error")
+			}
+			t.Logf("lost reply unresolved (%v): orphan token %d", leaseapi.Kind(err), rec.Token)
+		}
+		var wg sync.WaitGroup
+		var hb *runtime.Handle
+		wg.Go(func() {
+			got, err := b.c.Acquire(ctx, k, e.policy)
+			if err != nil {
+				t.Errorf("b: Acquire: %v", err)
+				return
+			}
+			e.granted(got)
+			if e.admit(got) {
+				_ = e.write(got, "b")
+			}
+			hb = got
+		})
+		for ha != nil && e.admit(ha) {
+			_ = e.write(ha, "a")
+			pause(ctx, 5*time.Millisecond)
+		}
+		wg.Wait()
+		if hb == nil {
+			t.FailNow()
+		}
+		if hb.Token() <= rec.Token {
+			t.Errorf("b's token %d not above the committed %d", hb.Token(), rec.Token)
+		}
+		if time.Since(sent) < e.policy.TTL()-e.policy.SafetyMargin() {
+			t.Errorf("b acquired %v after the lost acquisition, before its TTL", time.Since(sent))
+		}
+		pause(ctx, time.Millisecond)
+		_ = hb.Release(ctx)
+	})
+}
+
+// TestRealReleaseReplyLost is scenario 5 on real servers: a release that
+// commits but whose reply is cut leaves the handle Uncertain; another
+// client then acquires, and the first client's retried Release is refused
+// (ErrStaleOwner) and cannot remove the new holder's lease.
+func TestRealReleaseReplyLost(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		t := e.t
+		e.oneConn = true
+		k := leaseapi.MustKey("sc5", "k")
+		a, b := e.client("a"), e.client("b")
+		direct := e.openStore("").(leaseapi.Inspector)
+		ctx := context.Background()
+		// Warm the release statement or script on a's connection.
+		warm, err := a.c.TryAcquire(ctx, leaseapi.MustKey("sc5", "warm"), e.policy)
+		if err != nil {
+			t.Fatalf("warm TryAcquire: %v", err)
+		}
+		_ = warm.Release(ctx)
+		ha, err := a.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("a: TryAcquire: %v", err)
+		}
+		e.granted(ha)
+		if e.admit(ha) {
+			_ = e.write(ha, "a")
+		}
+		pause(ctx, time.Millisecond)
+		cut := a.proxy.CutAfterRequest()
+		err = ha.Release(ctx)
+		<-cut
+		e.wantKind("a: Release with its reply cut", err, leaseapi.ErrAmbiguousOutcome)
+		if st := ha.State(); st != leaseapi.StateUncertain {
+			t.Errorf("a after an ambiguous release: %v, want uncertain", st)
+		}
+		if _, held, err := direct.Inspect(ctx, k); err != nil || held {
+			t.Fatalf("server after the cut release: held %v (%v): the release did not commit, the scenario did not happen", held, err)
+		}
+		hb, err := b.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("b: TryAcquire: %v", err)
+		}
+		e.granted(hb)
+		if hb.Token() <= ha.Token() {
+			t.Errorf("b's token %d not above a's %d", hb.Token(), ha.Token())
+		}
+		err = eventually(e.policy.TTL()/2, func() error {
+			err := ha.Release(ctx)
+			if k := leaseapi.Kind(err); k == leaseapi.ErrBackendUnavailable || k == leaseapi.ErrAmbiguousOutcome {
+				return err // reconnecting
+			}
+			e.wantKind("a: retried Release", err, leaseapi.ErrStaleOwner)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("a: retried Release never reached the server: %v", err)
+		}
+		if e.admit(ha) {
+			t.Errorf("a Active after its retry")
+		}
+		rec, held, err := direct.Inspect(ctx, k)
+		if err != nil || !held || rec.Token != hb.Token() || rec.Owner != hb.Owner() {
+			t.Errorf("server after a's retry: held %v token %d (%v), want b's %d", held, rec.Token, err, hb.Token())
+		}
+		if err := hb.Validate(ctx); err != nil {
+			t.Errorf("b after a's retry: %v", err)
+		}
+		if e.admit(hb) {
+			_ = e.write(hb, "b")
+		}
+		pause(ctx, time.Millisecond)
+		_ = hb.Release(ctx)
+	})
 }
