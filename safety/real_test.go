@@ -1055,3 +1055,174 @@ func TestRealReleaseReplyLost(t *testing.T) {
 		_ = hb.Release(ctx)
 	})
 }
+
+// TestRealDeferredExecution is scenario 7 on real servers: the server holds
+// writes back (Valkey: CLIENT PAUSE ... WRITE; PostgreSQL: another
+// transaction holds the lease's row FOR UPDATE) while a holder's Renew and
+// another client's TryAcquire time out, then executes them late, after
+// the holder's grant has expired. The holder got ErrAmbiguousOutcome and
+// stayed Uncertain, then Expired; the other client got no handle (its
+// resolving read, which is not held back, saw the holder). Whatever the
+// late executions did (the renewal finds the grant expired; the
+// acquisition may grant an orphan to an owner id nobody holds), a third
+// client's grant comes later with a higher token and nothing overlaps.
+func TestRealDeferredExecution(t *testing.T) {
+	forEachBackend(t, time.Second, func(e *realEnv) {
+		t := e.t
+		k := leaseapi.MustKey("sc7", "k")
+		a, b, c := e.client("a"), e.client("b"), e.client("c")
+		direct := e.openStore("").(leaseapi.Inspector)
+		ctx := context.Background()
+		h, err := a.c.TryAcquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("a: TryAcquire: %v", err)
+		}
+		e.granted(h)
+		if err := h.Renew(ctx); err != nil { // warm the renewal
+			t.Fatalf("a: warm Renew: %v", err)
+		}
+		// b warms its acquisition and inspection on another key.
+		warm, err := b.c.TryAcquire(ctx, leaseapi.MustKey("sc7", "warm"), e.policy)
+		if err != nil {
+			t.Fatalf("b: warm TryAcquire: %v", err)
+		}
+		_ = warm.Release(ctx)
+		if e.admit(h) {
+			_ = e.write(h, "a")
+		}
+		hold := 3 * e.policy.TTL()
+		unblock := e.holdWrites(k, hold)
+		// Each held-back request is cut off from its client once it has
+		// reached the server (blackhole after the send), as in a partition:
+		// the client's abort (a closed connection, PostgreSQL's cancel
+		// request) cannot reach the server either.
+		heldBack := func(cl *realClient, call func() error) error {
+			before := cl.proxy.Stats().ToServer
+			errc := make(chan error, 1)
+			go func() { errc <- call() }()
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := cl.proxy.WaitFor(wctx, func(s faultproxy.Stats) bool { return s.ToServer > before }); err != nil {
+				t.Errorf("%s: request never sent: %v", cl.name, err)
+			}
+			cl.proxy.Blackhole()
+			return <-errc
+		}
+		deadline := h.Deadline()
+		renewSent := time.Now()
+		err = heldBack(a, func() error { return h.Renew(ctx) })
+		e.wantKind("a: Renew while the server holds writes", err, leaseapi.ErrAmbiguousOutcome)
+		if st := h.State(); st != leaseapi.StateUncertain && st != leaseapi.StateExpired {
+			t.Errorf("a after the held-back renewal: %v", st)
+		}
+		if !h.Deadline().Equal(deadline) {
+			t.Errorf("the held-back renewal moved the deadline")
+		}
+		var hb *runtime.Handle
+		err = heldBack(b, func() error {
+			var err error
+			hb, err = b.c.TryAcquire(ctx, k, e.policy)
+			return err
+		})
+		if err == nil {
+			t.Errorf("b: TryAcquire while writes are held back returned a handle (token %d)", hb.Token())
+		}
+		t.Logf("b's held-back TryAcquire: %v", leaseapi.Kind(err))
+		for !h.State().Terminal() {
+			if e.admit(h) {
+				t.Errorf("a Active after its renewal was held back")
+			}
+			pause(ctx, 5*time.Millisecond)
+		}
+		// Hold writes until the grant has expired on the server too (same
+		// machine: the server's clock is ours), then let them through.
+		pause(ctx, time.Until(h.Snapshot().Record.ExpiresAt)+50*time.Millisecond)
+		unblock()
+		// Let the late executions run (poll for a late grant for a while),
+		// then look at what they left.
+		var rec leaseapi.Record
+		var held bool
+		_ = eventually(500*time.Millisecond, func() error {
+			var err error
+			rec, held, err = direct.Inspect(ctx, k)
+			if err == nil && !held {
+				return leaseapi.ErrContended // nothing yet: look again
+			}
+			return err
+		})
+		switch {
+		case held && rec.Owner == h.Owner():
+			// The late renewal committed. PostgreSQL judges it as of its
+			// statement's start (before the grant expired) and times it
+			// from there, so it cannot reach past its send + TTL; a's
+			// handle never trusted it.
+			t.Logf("a's late renewal committed: expires %v after it was sent", rec.ExpiresAt.Sub(renewSent).Round(time.Millisecond))
+			if rec.ExpiresAt.After(renewSent.Add(e.policy.TTL() + 5*time.Millisecond)) {
+				t.Errorf("a's late renewal extended the grant to %v after its send, past the TTL", rec.ExpiresAt.Sub(renewSent))
+			}
+			if h.State() == leaseapi.StateActive {
+				t.Errorf("a's handle trusted its late renewal")
+			}
+		case held:
+			t.Logf("the late acquisition granted an orphan nobody holds: token %d (a held %d)", rec.Token, h.Token())
+		default:
+			t.Logf("no late execution left a live grant (last token %d)", rec.Token)
+		}
+		a.proxy.Pass()
+		b.proxy.Pass()
+		hc, err := c.c.Acquire(ctx, k, e.policy)
+		if err != nil {
+			t.Fatalf("c: Acquire after the late executions: %v", err)
+		}
+		e.granted(hc)
+		if hc.Token() <= max(h.Token(), rec.Token) {
+			t.Errorf("c's token %d not above %d", hc.Token(), max(h.Token(), rec.Token))
+		}
+		if e.admit(hc) {
+			_ = e.write(hc, "c")
+		}
+		e.wantKind("a: stale write after the late executions", e.write(h, "a-late"), leaseapi.ErrStaleOwner)
+		pause(ctx, time.Millisecond)
+		_ = hc.Release(ctx)
+	})
+}
+
+// holdWrites makes the server hold back writes to k for at most d and
+// returns a function that ends the hold early (and waits for it to end).
+func (e *realEnv) holdWrites(k leaseapi.Key, d time.Duration) (unblock func()) {
+	t := e.t
+	switch e.kind {
+	case "valkey":
+		if _, err := e.vk.Do("CLIENT", "PAUSE", fmt.Sprint(d.Milliseconds()), "WRITE"); err != nil {
+			t.Fatalf("CLIENT PAUSE: %v", err)
+		}
+		return func() {
+			if _, err := e.vk.Do("CLIENT", "UNPAUSE"); err != nil {
+				t.Errorf("CLIENT UNPAUSE: %v", err)
+			}
+		}
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		conn, err := pgx.Connect(ctx, e.pg.URL())
+		if err != nil {
+			cancel()
+			t.Fatalf("connect: %v", err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			cancel()
+			t.Fatalf("begin: %v", err)
+		}
+		table := pgx.Identifier{e.schema, postgres.DefaultTable}.Sanitize()
+		tag, err := tx.Exec(ctx, "SELECT 1 FROM "+table+" WHERE key = $1 FOR UPDATE", k.String())
+		if err != nil || tag.RowsAffected() != 1 {
+			cancel()
+			t.Fatalf("lock the row: %v (%d rows)", err, tag.RowsAffected())
+		}
+		return func() {
+			_ = tx.Rollback(context.Background())
+			cancel()
+			_ = conn.Close(context.Background())
+		}
+	}
+}
