@@ -36,36 +36,102 @@ func benchStore(b *testing.B) (*postgres.Store, *pgxpool.Pool) {
 	return s, pool
 }
 
-// BenchmarkRawPair runs the Store's own acquire and release statements
-// straight through pgxpool: the floor the Store is measured against.
-func BenchmarkRawPair(b *testing.B) {
-	s, pool := benchStore(b)
+// rawPair returns a function that runs the Store's own acquire and release
+// statements straight through pgxpool: the floor the Store is measured
+// against.
+func rawPair(s *postgres.Store, pool *pgxpool.Pool) func(context.Context, leaseapi.Key) error {
 	acquireSQL, releaseSQL, channel := s.Statements()
-	pair := func(ctx context.Context, key string, hash string) error {
+	return func(ctx context.Context, k leaseapi.Key) error {
 		var (
 			tok      int64
 			acq, exp time.Time
 		)
+		key := k.String()
 		if err := pool.QueryRow(ctx, acquireSQL, key, "bench-owner", int64(60_000_000)).Scan(&tok, &acq, &exp); err != nil {
 			return err
 		}
 		var outcome int32
-		return pool.QueryRow(ctx, releaseSQL, key, "bench-owner", tok, channel, hash).Scan(&outcome)
+		return pool.QueryRow(ctx, releaseSQL, key, "bench-owner", tok, channel, postgres.KeyHash(k)).Scan(&outcome)
 	}
-	runPairs(b, func(ctx context.Context, k leaseapi.Key) error {
-		return pair(ctx, k.String(), postgres.KeyHash(k))
-	})
 }
 
-// BenchmarkStorePair is TryAcquire followed by Release through the Store.
-func BenchmarkStorePair(b *testing.B) {
-	s, _ := benchStore(b)
-	runPairs(b, func(ctx context.Context, k leaseapi.Key) error {
+// storePair is TryAcquire followed by Release through the Store.
+func storePair(s *postgres.Store) func(context.Context, leaseapi.Key) error {
+	return func(ctx context.Context, k leaseapi.Key) error {
 		rec, err := s.TryAcquire(ctx, k, "bench-owner", time.Minute)
 		if err != nil {
 			return err
 		}
 		return s.Release(ctx, rec)
+	}
+}
+
+// BenchmarkRawPair runs the Store's acquire and release statements straight
+// through pgxpool.
+func BenchmarkRawPair(b *testing.B) {
+	s, pool := benchStore(b)
+	runPairs(b, rawPair(s, pool))
+}
+
+// BenchmarkStorePair is TryAcquire followed by Release through the Store.
+func BenchmarkStorePair(b *testing.B) {
+	s, _ := benchStore(b)
+	runPairs(b, storePair(s))
+}
+
+// BenchmarkPairInterleaved alternates a raw pair and a Store pair in every
+// iteration (on different keys) and reports both mean latencies and their
+// ratio, so that load changes on a shared machine hit both alike.
+func BenchmarkPairInterleaved(b *testing.B) {
+	s, pool := benchStore(b)
+	raw, st := rawPair(s, pool), storePair(s)
+	ctx := context.Background()
+	report := func(b *testing.B, rawNs, storeNs, n int64) {
+		b.ReportMetric(float64(rawNs)/float64(n), "raw-ns/pair")
+		b.ReportMetric(float64(storeNs)/float64(n), "store-ns/pair")
+		b.ReportMetric(float64(storeNs)/float64(rawNs), "store/raw")
+	}
+	b.Run("serial", func(b *testing.B) {
+		kr, ks := leaseapi.MustKey("bench", "ir"), leaseapi.MustKey("bench", "is")
+		var rawNs, storeNs, n int64
+		for b.Loop() {
+			t0 := time.Now()
+			if err := raw(ctx, kr); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := st(ctx, ks); err != nil {
+				b.Fatal(err)
+			}
+			rawNs += int64(t1.Sub(t0))
+			storeNs += int64(time.Since(t1))
+			n++
+		}
+		report(b, rawNs, storeNs, n)
+	})
+	b.Run("parallel64", func(b *testing.B) {
+		parallelism(b)
+		var next, rawNs, storeNs, n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := next.Add(1)
+			kr, ks := leaseapi.MustKey("bench", fmt.Sprint("ir", i)), leaseapi.MustKey("bench", fmt.Sprint("is", i))
+			for pb.Next() {
+				t0 := time.Now()
+				if err := raw(ctx, kr); err != nil {
+					b.Error(err)
+					return
+				}
+				t1 := time.Now()
+				if err := st(ctx, ks); err != nil {
+					b.Error(err)
+					return
+				}
+				rawNs.Add(int64(t1.Sub(t0)))
+				storeNs.Add(int64(time.Since(t1)))
+				n.Add(1)
+			}
+		})
+		report(b, rawNs.Load(), storeNs.Load(), n.Load())
 	})
 }
 
