@@ -20,10 +20,12 @@ import (
 //   - A *pgconn.PgError of severity ERROR reports that the statement failed,
 //     and with it its implicit transaction, so nothing was applied:
 //     40001 (serialization_failure) and 40P01 (deadlock_detected) are
-//     ErrBackendUnavailable ("not applied", safe to retry); class 42, 3F
-//     and 3D (undefined table, schema or database) are ErrBackendUnavailable
-//     "schema missing" (Migrate was not run); class 23 (constraint) and 22
-//     (data, e.g. the 2^63 token bound) are ErrInvalidState. The exception
+//     ErrBackendUnavailable ("not applied", safe to retry); 42P01, 3F and 3D
+//     (undefined table, schema or database) are ErrBackendUnavailable
+//     "schema missing" (Migrate was not run), 42501 "permission denied",
+//     the rest of class 42 "schema mismatch" (a bug or an older schema);
+//     class 23 (constraint) and 22 (data, e.g. the 2^63 token bound) are
+//     ErrInvalidState; anything else is ErrBackendUnavailable. The exception
 //     is 57014 (query_canceled: statement_timeout or a cancel request):
 //     for a mutation it is ErrAmbiguousOutcome, so that it classifies the
 //     same way as the context-cancel race it is indistinguishable from.
@@ -100,8 +102,12 @@ func classifyPg(e *pgconn.PgError, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "serialization failure, not applied")
 	case code == "40P01":
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "deadlock, not applied")
-	case class == "42" || class == "3F" || class == "3D":
+	case code == "42501":
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "permission denied")
+	case code == "42P01" || class == "3F" || class == "3D":
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "schema missing")
+	case class == "42":
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "schema mismatch")
 	case class == "23":
 		return leaseapi.NewError("", leaseapi.ErrInvalidState, "constraint violation")
 	case class == "22":

@@ -38,6 +38,8 @@ func TestClassify(t *testing.T) {
 		{"statement timeout read", pg("57014", "ERROR"), false, leaseapi.ErrBackendUnavailable},
 		{"undefined table", pg("42P01", "ERROR"), true, leaseapi.ErrBackendUnavailable},
 		{"invalid schema", pg("3F000", "ERROR"), false, leaseapi.ErrBackendUnavailable},
+		{"permission denied", pg("42501", "ERROR"), true, leaseapi.ErrBackendUnavailable},
+		{"undefined column", pg("42703", "ERROR"), true, leaseapi.ErrBackendUnavailable},
 		{"unique violation", pg("23505", "ERROR"), true, leaseapi.ErrInvalidState},
 		{"out of range", pg("22003", "ERROR"), true, leaseapi.ErrInvalidState},
 		{"terminated mutation", pg("57P01", "FATAL"), true, leaseapi.ErrAmbiguousOutcome},

@@ -109,8 +109,9 @@
 //   - A statement the server rejected with ERROR did not commit: 40001
 //     serialization_failure and 40P01 deadlock_detected are
 //     leaseapi.ErrBackendUnavailable ("not applied": safe to retry), class
-//     42/3F ("schema missing") likewise; class 22/23 (data, constraint —
-//     e.g. the token bound) is leaseapi.ErrInvalidState.
+//     42/3F likewise ("schema missing", "permission denied", "schema
+//     mismatch"); class 22/23 (data, constraint — e.g. the token bound) is
+//     leaseapi.ErrInvalidState.
 //   - A failed read (Validate, Inspect, Fence) is
 //     leaseapi.ErrBackendUnavailable, or the context's error.
 //
