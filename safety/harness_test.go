@@ -116,6 +116,7 @@ type simClient struct {
 	deferred *simtest.Deferred
 	backend  leaseapi.Backend // what the runtime client calls
 	c        *runtime.Client
+	rand     *seeded // this client's own random source
 }
 
 // basePolicy is the simulation policy: TTL 4s, margin 400ms, renew every
@@ -177,19 +178,45 @@ func (w *world) float() float64 {
 	return w.rng.Float64()
 }
 
-// seeded is the world's jitter and owner source, so a seed replays.
+// seeded is one client's random source (jitter, the client's workload)
+// and owner source. Each client draws from its own generator, derived from
+// the seed and the client's name, so that a replay does not depend on the
+// order in which goroutines reach a shared generator.
 type seeded struct {
-	w    *world
 	name string
 	mu   sync.Mutex
+	rng  *rand.Rand
 	n    int
+}
+
+func newSeeded(seed uint64, name string) *seeded {
+	var h uint64 = 14695981039346656037 // FNV-1a of the name
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	return &seeded{name: name, rng: rand.New(rand.NewPCG(seed, h))}
+}
+
+func (s *seeded) intn(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rng.IntN(n)
+}
+
+func (s *seeded) between(lo, hi time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)))
 }
 
 func (s *seeded) Jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return s.w.between(0, d)
+	return s.between(0, d)
 }
 
 func (s *seeded) NewOwner() (string, error) {
@@ -204,12 +231,12 @@ func (w *world) client(name string) *simClient {
 	f := simtest.NewFaulty(w.server)
 	d := simtest.NewDeferred(f)
 	b := w.ledger.Client(name, d)
-	src := &seeded{w: w, name: name}
+	src := newSeeded(w.seed, name)
 	c, err := runtime.NewClient(b, runtime.ClientOptions{Owners: src, Retry: src})
 	if err != nil {
 		w.t.Fatalf("NewClient: %v", err)
 	}
-	sc := &simClient{name: name, faulty: f, deferred: d, backend: b, c: c}
+	sc := &simClient{name: name, faulty: f, deferred: d, backend: b, c: c, rand: src}
 	w.mu.Lock()
 	w.clients = append(w.clients, sc)
 	w.mu.Unlock()

@@ -16,7 +16,7 @@ import (
 
 // mutantSeeds is the seeds per scenario of a mutation run
 // (LEASE_SAFETY_SEEDS): every mutant must be caught within them.
-const mutantSeeds = "12"
+const mutantSeeds = "30"
 
 // mutantScenarios selects the simulation tier.
 const mutantScenarios = "^TestSim"
@@ -26,7 +26,7 @@ const mutantScenarios = "^TestSim"
 // runs the simulation scenarios once with no mutant active (they must
 // pass: the failures below come from the mutants, not from the tag) and
 // then once per name in mutant.All with LEASE_MUTANT set and
-// LEASE_SAFETY_SEEDS=12; each run must fail in at least one scenario. The
+// LEASE_SAFETY_SEEDS=30; each run must fail in at least one scenario. The
 // scenarios that caught each mutant are logged.
 func TestMutantsAreCaught(t *testing.T) {
 	if testing.Short() {

@@ -60,10 +60,11 @@ func contend(w *world, n int, keys []leaseapi.Key, d time.Duration, fault func(c
 	var wg sync.WaitGroup
 	for i := range n {
 		c := w.client(fmt.Sprintf("c%d", i))
-		c.faulty.SetDelay(w.between(0, 30*time.Millisecond))
+		r := c.rand
+		c.faulty.SetDelay(r.between(0, 30*time.Millisecond))
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				k := keys[w.intn(len(keys))]
+				k := keys[r.intn(len(keys))]
 				h, err := c.c.Acquire(ctx, k, w.policy)
 				if err != nil {
 					continue
@@ -71,18 +72,18 @@ func contend(w *world, n int, keys []leaseapi.Key, d time.Duration, fault func(c
 				w.granted(h)
 				var m *runtime.Managed
 				var loss <-chan runtime.Loss
-				if w.intn(2) == 0 {
+				if r.intn(2) == 0 {
 					if m, err = h.StartManaged(ctx); err != nil {
 						w.release(h)
 						continue
 					}
 					loss = m.Loss()
 				}
-				for step := w.intn(15); step > 0 && ctx.Err() == nil; step-- {
+				for step := r.intn(15); step > 0 && ctx.Err() == nil; step-- {
 					if fault != nil {
 						fault(c)
 					}
-					if m == nil && w.intn(6) == 0 {
+					if m == nil && r.intn(6) == 0 {
 						_ = h.Renew(ctx)
 						w.checkDeadline(h)
 					}
@@ -93,7 +94,7 @@ func contend(w *world, n int, keys []leaseapi.Key, d time.Duration, fault func(c
 					case <-loss:
 						step = 0
 					default:
-						pause(ctx, w.between(100*time.Millisecond, 1200*time.Millisecond))
+						pause(ctx, r.between(100*time.Millisecond, 1200*time.Millisecond))
 					}
 				}
 				c.faulty.SetMode(simtest.Pass)
