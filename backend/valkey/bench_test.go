@@ -416,3 +416,71 @@ func BenchmarkManaged10k(b *testing.B) {
 	b.ReportMetric(float64(srv.Nanoseconds())/float64(max(renewed, 1)), "server-cpu-ns/renewal")
 	b.ReportMetric(float64(lost), "lost")
 }
+
+// BenchmarkRuntimeHandoff measures release -> the waiter holds the lease:
+// the holder releases through one runtime Client and Store, the waiter is
+// parked in Client.Acquire (retry interval 1s) on another client and Store,
+// woken by the release notification, and acquires. Reports the p50/p99.
+func BenchmarkRuntimeHandoff(b *testing.B) {
+	addr := serverAddr(b)
+	prefix := uniquePrefix()
+	sa := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
+	sb := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
+	warmWatchB(b, sb, sa)
+	sleeper := signalSleeper{sleeping: make(chan struct{}, 1)}
+	ca, err := runtime.NewClient(sa, runtime.ClientOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cb, err := runtime.NewClient(sb, runtime.ClientOptions{Sleeper: sleeper})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = ca.Close(context.Background())
+		_ = cb.Close(context.Background())
+	}()
+	pol, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: 5 * time.Second, Retry: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	k := leaseapi.MustKey("bench", "runtime-handoff")
+	h, err := ca.Acquire(ctx, k, pol)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type result struct {
+		h   *runtime.Handle
+		err error
+		at  time.Time
+	}
+	var lat []time.Duration
+	for b.Loop() {
+		got := make(chan result, 1)
+		go func() {
+			h, err := cb.Acquire(ctx, k, pol)
+			got <- result{h, err, time.Now()}
+		}()
+		<-sleeper.sleeping
+		start := time.Now()
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		lat = append(lat, r.at.Sub(start))
+		if err := r.h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if h, err = ca.Acquire(ctx, k, pol); err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = h.Release(ctx)
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
