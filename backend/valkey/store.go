@@ -46,6 +46,11 @@ type Options struct {
 	// acknowledge within WaitTimeout is released (best effort) and fails
 	// with [leaseapi.ErrBackendUnavailable]. See "Durability of fencing
 	// tokens" in the package doc. Zero (the default) does not wait.
+	//
+	// The script and its WAIT are pipelined on one dedicated connection
+	// from valkey-go's blocking pool (ClientOption.BlockingPoolSize bounds
+	// how many acquisitions wait at once), since WAIT counts the writes of
+	// its own connection.
 	WaitReplicas int
 
 	// WaitTimeout bounds the WAIT. Zero means [DefaultWaitTimeout]; at most
