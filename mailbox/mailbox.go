@@ -37,7 +37,16 @@ type Mailbox[T any] struct {
 
 // New returns a mailbox holding up to capacity messages (at least 1).
 func New[T any](capacity int) *Mailbox[T] {
-	return &Mailbox[T]{ch: make(chan T, max(capacity, 1)), closed: make(chan struct{})}
+	m := new(Mailbox[T])
+	m.Init(capacity)
+	return m
+}
+
+// Init prepares a zero Mailbox held by value (an actor embedding its
+// mailbox saves an allocation); it must be called once, before any use.
+func (m *Mailbox[T]) Init(capacity int) {
+	m.ch = make(chan T, max(capacity, 1))
+	m.closed = make(chan struct{})
 }
 
 // Send enqueues v, waiting for room. It returns ctx's error if ctx ends

@@ -169,7 +169,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		c.releaseQuietly(rec, p)
 		return nil, errClosed(op)
 	}
-	return &Handle{c: c, s: s, key: key, owner: owner, token: rec.Token, acquiredAt: rec.AcquiredAt}, nil
+	return &Handle{c: c, s: s}, nil
 }
 
 // resolve settles an acquisition whose reply was lost by reading the key:

@@ -71,9 +71,13 @@ type Client struct {
 	marks      watermarks
 
 	// life is canceled when Close starts: it aborts in-flight supervisor
-	// calls and acquisition waits.
+	// calls and acquisition waits, and tells every supervisor to release
+	// and exit under closeCtx.
 	life       context.Context
 	cancelLife context.CancelFunc
+	closeCtx   atomic.Pointer[context.Context] // set by Close before canceling life
+	// sup is the supervisor configuration shared by every lease.
+	sup *supervisor.Config
 
 	// mu guards sups and closed. No channel operation happens under it.
 	mu     sync.Mutex
@@ -130,6 +134,16 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	if br, ok := b.(leaseapi.BatchRenewer); ok && canBatch(b) && !c.unbounded && !o.NoBatching {
 		c.batch = newBatcher(br, c.clk, c.life)
 	}
+	c.sup = (&supervisor.Config{
+		Backend:      c.b,
+		Clock:        c.clk,
+		Life:         c.life,
+		CloseContext: c.closeContext,
+		Managed:      &c.managed,
+		OnExit:       c.unregister,
+		Unbounded:    c.unbounded,
+		Renewer:      c.renewer(),
+	}).Defaults()
 	return c, nil
 }
 
@@ -158,22 +172,17 @@ func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt
 	if c.closed {
 		return nil, false
 	}
-	s := supervisor.Start(supervisor.Config{
-		Backend: c.b,
-		Clock:   c.clk,
-		Policy:  p,
-		Record:  rec,
-		SentAt:  sentAt,
-		RecvAt:  recvAt,
-		Life:    c.life,
-		Managed: &c.managed,
-		OnExit:  c.unregister,
-
-		Unbounded: c.unbounded,
-		Renewer:   c.renewer(),
-	})
+	s := supervisor.Start(c.sup, p, supervisor.Grant{Record: rec, SentAt: sentAt, RecvAt: recvAt})
 	c.sups[s] = struct{}{}
 	return s, true
+}
+
+// closeContext returns the context Close was called with.
+func (c *Client) closeContext() context.Context {
+	if p := c.closeCtx.Load(); p != nil {
+		return *p
+	}
+	return context.Background()
 }
 
 func (c *Client) renewer() supervisor.Renewer {
@@ -219,19 +228,20 @@ func (c *Client) Close(ctx context.Context) error {
 		return leaseapi.NewError("close", leaseapi.ErrInvalidState, "nil context")
 	}
 	c.closeOnce.Do(func() {
+		c.closeCtx.Store(&ctx)
 		c.mu.Lock()
 		c.closed = true
+		if len(c.sups) == 0 {
+			c.closeDrained()
+		}
 		sups := make([]*supervisor.Supervisor, 0, len(c.sups))
 		for s := range c.sups {
 			sups = append(sups, s)
 		}
-		if len(c.sups) == 0 {
-			c.closeDrained()
-		}
 		c.mu.Unlock()
-		c.cancelLife()
+		c.cancelLife() // every supervisor now releases under ctx and exits...
 		for _, s := range sups {
-			s.Close(ctx)
+			s.WakeForClose() // ...including the idle ones, woken here
 		}
 	})
 	var err error

@@ -16,25 +16,22 @@ import (
 // closed) every method answers from the final state: it fails closed, never
 // blocks and never panics.
 type Handle struct {
-	c          *Client
-	s          *supervisor.Supervisor
-	key        leaseapi.Key
-	owner      string
-	token      leaseapi.Token
-	acquiredAt time.Time
+	c *Client
+	s *supervisor.Supervisor
 }
 
 // Key returns the lease's key.
-func (h *Handle) Key() leaseapi.Key { return h.key }
+func (h *Handle) Key() leaseapi.Key { return h.s.View().Record.Key }
 
 // Owner returns the owner id of this acquisition.
-func (h *Handle) Owner() string { return h.owner }
+func (h *Handle) Owner() string { return h.s.View().Record.Owner }
 
 // Token returns the fencing token: pass it with every protected write.
-func (h *Handle) Token() leaseapi.Token { return h.token }
+// It never changes for a handle.
+func (h *Handle) Token() leaseapi.Token { return h.s.View().Record.Token }
 
 // AcquiredAt returns the backend time of the acquisition.
-func (h *Handle) AcquiredAt() time.Time { return h.acquiredAt }
+func (h *Handle) AcquiredAt() time.Time { return h.s.View().AcquiredAt }
 
 // Deadline returns the local instant from which the holder must not act:
 // the send time of the request that granted or last renewed the lease, plus
@@ -67,7 +64,7 @@ type Snapshot struct {
 // Snapshot returns the handle's current view in one consistent read.
 func (h *Handle) Snapshot() Snapshot {
 	v := h.s.View()
-	return Snapshot{Record: v.Record, State: h.s.State(h.c.clk.Now()), Deadline: v.Deadline, Managed: v.Managed, Err: v.Err}
+	return Snapshot{Record: v.Record, State: h.s.State(h.c.clk.Now()), Deadline: v.Deadline, Managed: h.s.Managed(), Err: v.Err}
 }
 
 // Renew extends the lease now (compare owner and token, one backend call

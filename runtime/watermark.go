@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"hash/maphash"
 	"sync"
 
 	"github.com/leasekit/lease/leaseapi"
@@ -17,10 +18,24 @@ const maxWatermarks = 1 << 16
 // maxWatermarks keys an arbitrary key is forgotten, and a new process
 // starts with none, so detection is best effort; the protected resource's
 // own high-water mark is what keeps a regressed token from doing harm.
-// Safe for concurrent use.
+//
+// Keys are remembered by a 64-bit seeded hash, which keeps 100,000 managed
+// leases small. Two keys sharing a hash (about 2^-64 per pair) could only
+// make a grant fail with ErrFencingRegression: it fails closed, never
+// open. Safe for concurrent use.
 type watermarks struct {
-	mu sync.Mutex
-	m  map[leaseapi.Key]leaseapi.Token
+	mu   sync.Mutex
+	seed maphash.Seed
+	m    map[uint64]leaseapi.Token
+}
+
+func (w *watermarks) hash(k leaseapi.Key) uint64 {
+	var h maphash.Hash
+	h.SetSeed(w.seed)
+	h.WriteString(k.Namespace())
+	h.WriteByte('/')
+	h.WriteString(k.Name())
+	return h.Sum64()
 }
 
 // admit records t for k and reports whether it is higher than every token
@@ -29,17 +44,20 @@ func (w *watermarks) admit(k leaseapi.Key, t leaseapi.Token) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
-		w.m = make(map[leaseapi.Key]leaseapi.Token)
+		w.seed = maphash.MakeSeed()
+		w.m = make(map[uint64]leaseapi.Token)
 	}
-	if high, ok := w.m[k]; ok && t <= high {
+	hk := w.hash(k)
+	high, seen := w.m[hk]
+	if seen && t <= high {
 		return false
 	}
-	if _, ok := w.m[k]; !ok && len(w.m) >= maxWatermarks {
+	if !seen && len(w.m) >= maxWatermarks {
 		for old := range w.m {
 			delete(w.m, old)
 			break
 		}
 	}
-	w.m[k] = t
+	w.m[hk] = t
 	return true
 }

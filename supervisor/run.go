@@ -11,46 +11,97 @@ import (
 )
 
 // run is the actor loop and the only writer of s.view. Each iteration
-// handles one input: a request, the renewal timer, the deadline timer or
-// Close. Disabled inputs are nil channels.
+// handles one input: a request, the timer (armed at the earlier of the
+// deadline and, when managed, the next renewal) or Close.
+//
+// Stack hygiene: a backend call grows the goroutine's stack (a backend's
+// call chain does not fit in the minimum stack), and Go never shrinks the
+// stack of a goroutine parked in select back to the minimum. So after a
+// step that called the backend, the loop continues on a fresh goroutine
+// and this one returns: an idle lease then costs a minimum-size stack, not
+// the deepest call it ever made. The hand-off is the last thing the old
+// goroutine does, and the go statement orders all its writes before the new
+// goroutine runs, so there is still exactly one actor at any moment.
 func (s *Supervisor) run() {
-	defer s.exit()
-	for !s.view.Load().State.Terminal() {
-		var renewC <-chan time.Time
-		if s.view.Load().Managed {
-			renewC = s.renew.C
+	for {
+		if s.view.Load().State.Terminal() {
+			s.exit()
+			return
 		}
+		if s.cfg.Life.Err() != nil {
+			s.closeLease()
+			s.exit()
+			return
+		}
+		// Two arms only: every select arm costs a parked goroutine a
+		// runtime sudog, and 100,000 idle leases park here. Close arrives
+		// as a reqClose message (or is seen at the top of the loop).
 		select {
 		case c := <-s.inbox.Receive():
 			if s.closeStarted() {
 				c.Reply(s.finalReply(c.Req))
+				s.exit()
 				return
 			}
 			c.Reply(s.handle(c.Req))
-		case <-renewC:
-			if s.closeStarted() {
+		case <-s.timer.C:
+			if s.tick() {
+				s.exit()
 				return
 			}
-			s.step(evRenew)
-		case <-s.deadline.C:
-			s.step(evDeadline)
-		case ctx := <-s.closing:
-			s.closeLease(ctx)
+		}
+		if s.view.Load().State.Terminal() {
+			s.exit()
+			return
+		}
+		s.rearm()
+		if s.called {
+			s.called = false
+			go s.run()
 			return
 		}
 	}
 }
 
-// closeStarted reports whether the client has begun closing (it cancels
-// Life first, then sends each supervisor its Close). If so, it waits for
-// that Close and performs it, so that no request queued behind it reaches
-// the backend with a canceled context: Close takes priority over queued
-// work.
+// tick handles the timer: the deadline if it has come (no I/O: Expired),
+// else the managed renewal if it is due. A tick that finds neither due (a
+// clock that fired early) only re-arms. It reports whether the client's
+// Close was performed instead (the loop must then exit).
+func (s *Supervisor) tick() (closed bool) {
+	v := s.view.Load()
+	now := s.cfg.Clock.Now()
+	switch {
+	case !now.Before(v.Deadline):
+		s.step(evDeadline)
+	case s.managed.Load() && !now.Before(s.renewDue):
+		if s.closeStarted() {
+			return true
+		}
+		s.step(evRenew)
+	}
+	return false
+}
+
+// rearm points the timer at the next instant the actor must act: the
+// deadline or, if earlier and managed, the next renewal.
+func (s *Supervisor) rearm() {
+	v := s.view.Load()
+	next := v.Deadline
+	if s.managed.Load() && s.renewDue.Before(next) {
+		next = s.renewDue
+	}
+	s.timer.Reset(max(s.cfg.Clock.Until(next), 0))
+}
+
+// closeStarted reports whether the client has begun closing (canceled
+// Life). If so it performs the close at once, so that no request queued
+// behind it reaches the backend with a canceled context: Close takes
+// priority over queued work.
 func (s *Supervisor) closeStarted() bool {
 	if s.cfg.Life.Err() == nil {
 		return false
 	}
-	s.closeLease(<-s.closing)
+	s.closeLease()
 	return true
 }
 
@@ -68,6 +119,8 @@ func (s *Supervisor) handle(r request) reply {
 	case reqStopManaged:
 		s.stopManaged()
 		return reply{}
+	case reqClose: // Life is not canceled: only the client sends it after canceling
+		return reply{}
 	}
 	return reply{err: leaseapi.NewError("supervisor", leaseapi.ErrInvalidState, "unknown request")}
 }
@@ -75,15 +128,27 @@ func (s *Supervisor) handle(r request) reply {
 // step performs at most one backend call for ev, applies the pure
 // transition and publishes the result.
 func (s *Supervisor) step(ev event) error {
-	v := *s.view.Load()
-	clk := s.cfg.Clock
-	call, rep := plan(v, ev, clk.Now())
-	out := outcome{}
+	v := s.view.Load()
+	call, rep := plan(v, ev, s.cfg.Clock.Now())
+	var out outcome
 	if call {
-		out = s.callBackend(s.cfg.Life, ev, v)
+		s.callBackend(s.cfg.Life, ev, v, &out)
 	}
-	now := clk.Now()
-	next, rep2 := transition(v, ev, out, now, s.cfg.Policy)
+	return s.settle(v, ev, &out, call, rep)
+}
+
+// settle applies the pure transition to the step's outcome and publishes
+// the result. It is kept out of line, like callBackend, so that the large
+// View values it handles never sit on the stack beneath a backend call:
+// the stack of an idle supervisor then stays at the 2 KiB minimum instead
+// of growing once and never shrinking.
+//
+//go:noinline
+func (s *Supervisor) settle(v *View, ev event, out *outcome, call bool, rep error) error {
+	now := s.cfg.Clock.Now()
+	next := new(View) // published below: it lives on the heap anyway
+	*next = *v
+	rep2 := transition(next, ev, out, now, &s.policy)
 	if call || rep == nil {
 		rep = rep2
 	}
@@ -91,30 +156,31 @@ func (s *Supervisor) step(ev event) error {
 	return rep
 }
 
-// callBackend makes the one backend call of a step, bounded by the policy's
-// OperationTimeout and, for renew and validate, by the remaining trust: a
-// reply after the deadline could not restore admission anyway.
-func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outcome {
-	clk, p, b := s.cfg.Clock, s.cfg.Policy, s.cfg.Backend
-	sentAt := clk.Now()
-	timeout := p.OperationTimeout()
-	if ev == evRenew || ev == evValidate {
-		timeout = min(timeout, v.Deadline.Sub(sentAt))
-	}
+// callBackend makes the one backend call of a step into out, bounded by
+// the policy's OperationTimeout and, for renew and validate, by the
+// remaining trust: a reply after the deadline could not restore admission
+// anyway.
+func (s *Supervisor) callBackend(parent context.Context, ev event, v *View, out *outcome) {
+	s.called = true
+	clk := s.cfg.Clock
+	out.called, out.sentAt = true, clk.Now()
 	ctx := parent
 	if !s.cfg.Unbounded {
+		timeout := s.policy.OperationTimeout()
+		if ev == evRenew || ev == evValidate {
+			timeout = min(timeout, v.Deadline.Sub(out.sentAt))
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = clk.WithTimeout(parent, timeout)
 		defer cancel()
 	}
-	out := outcome{called: true, sentAt: sentAt}
 	switch ev {
 	case evRenew:
-		out.rec, out.err = s.cfg.Renewer.Renew(ctx, v.Record, p.TTL())
+		out.rec, out.err = s.cfg.Renewer.Renew(ctx, v.Record, s.policy.TTL())
 	case evValidate:
-		out.err = b.Validate(ctx, v.Record)
+		out.err = s.cfg.Backend.Validate(ctx, v.Record)
 	case evRelease, evClose:
-		out.err = b.Release(ctx, v.Record)
+		out.err = s.cfg.Backend.Release(ctx, v.Record)
 	}
 	if out.err != nil {
 		out.err = leaseapi.Wrap(out.err, ev.String())
@@ -122,39 +188,23 @@ func (s *Supervisor) callBackend(parent context.Context, ev event, v View) outco
 	if mutant.On(mutant.DeadlineFromReply) {
 		out.sentAt = clk.Now()
 	}
-	return out
 }
 
-// publish stores the next view, then re-arms the timers and delivers a loss
-// for it. Side effects follow the store so that any reader woken by them
-// sees the new view.
-func (s *Supervisor) publish(next View, ev event, out outcome, now time.Time) {
-	prev := s.view.Load()
-	s.view.Store(&next)
-	if next.State.Terminal() {
-		return // exit stops the timers and settles the loss channel
-	}
-	// A deadline tick that found the deadline not yet reached (a clock that
-	// fired early) re-arms too, so the actor never outlives its deadline.
-	if ev == evDeadline || !next.Deadline.Equal(prev.Deadline) {
-		s.deadline.Reset(max(next.Deadline.Sub(now), 0))
-	}
-	if next.Managed && ev == evRenew && out.called {
-		due := next.SentAt.Add(s.cfg.Policy.RenewEvery())
-		if out.err != nil {
-			due = now.Add(s.cfg.Policy.RenewRetry())
+// publish stores the next view and schedules the next managed renewal
+// after a renewal attempt: RenewEvery after a success's send time, Retry
+// (or RenewEvery/4) after a failure. The loop re-arms the timer after.
+func (s *Supervisor) publish(next *View, ev event, out *outcome, now time.Time) {
+	s.view.Store(next)
+	if s.managed.Load() && ev == evRenew && out.called {
+		s.renewDue = next.SentAt.Add(s.policy.RenewEvery())
+		if out.err != nil || next.State != leaseapi.StateActive {
+			s.renewDue = now.Add(s.policy.RenewRetry())
 		}
-		s.armRenew(due, now)
 	}
-}
-
-func (s *Supervisor) armRenew(due, now time.Time) {
-	s.nextRenewDue = due
-	s.renew.Reset(max(due.Sub(now), 0))
 }
 
 func (s *Supervisor) startManaged() reply {
-	v := *s.view.Load()
+	v := s.view.Load()
 	switch {
 	case v.State.Terminal():
 		return reply{err: terminalReply(v.State, evRenew)}
@@ -165,26 +215,19 @@ func (s *Supervisor) startManaged() reply {
 	}
 	s.everManaged = true
 	s.loss = make(chan Loss, 1)
-	now := s.cfg.Clock.Now()
-	due := v.SentAt.Add(s.cfg.Policy.RenewEvery())
+	s.renewDue = v.SentAt.Add(s.policy.RenewEvery())
 	if v.State == leaseapi.StateUncertain {
-		due = now // confirm at once rather than wait a full interval
+		s.renewDue = s.cfg.Clock.Now() // confirm at once rather than wait a full interval
 	}
-	s.renew = s.cfg.Clock.Timer(max(due.Sub(now), 0))
-	s.nextRenewDue = due
-	v.Managed = true
-	s.view.Store(&v)
+	s.managed.Store(true)
 	return reply{loss: s.loss}
 }
 
 func (s *Supervisor) stopManaged() {
-	v := *s.view.Load()
-	if !v.Managed {
+	if !s.managed.Load() {
 		return
 	}
-	v.Managed = false
-	s.view.Store(&v)
-	s.renew.Stop()
+	s.managed.Store(false)
 	close(s.loss)
 	s.leaveGate()
 }
@@ -195,16 +238,24 @@ func (s *Supervisor) leaveGate() {
 	}
 }
 
-// closeLease handles Client.Close: release best effort within ctx and the
-// OperationTimeout, then publish a terminal view (Released, or Lost).
-func (s *Supervisor) closeLease(ctx context.Context) {
-	v := *s.view.Load()
+// closeLease handles the client's close: release best effort within the
+// close context and the OperationTimeout, then publish a terminal view
+// (Released, or Lost).
+func (s *Supervisor) closeLease() {
+	v := s.view.Load()
 	if v.State.Terminal() {
 		return
 	}
-	out := s.callBackend(ctx, evClose, v)
-	next, _ := transition(v, evClose, out, s.cfg.Clock.Now(), s.cfg.Policy)
-	s.view.Store(&next)
+	ctx := context.Background()
+	if s.cfg.CloseContext != nil {
+		ctx = s.cfg.CloseContext()
+	}
+	var out outcome
+	s.callBackend(ctx, evClose, v, &out)
+	next := new(View)
+	*next = *v
+	transition(next, evClose, &out, s.cfg.Clock.Now(), &s.policy)
+	s.view.Store(next)
 }
 
 // exit runs when the loop ends: stop the timers, settle the loss channel
@@ -213,21 +264,21 @@ func (s *Supervisor) closeLease(ctx context.Context) {
 func (s *Supervisor) exit() {
 	v := s.view.Load()
 	if !v.State.Terminal() { // defensive: never leave a live view behind
-		nv := expire(*v)
-		s.view.Store(&nv)
-		v = &nv
+		nv := new(View)
+		*nv = *v
+		expire(nv)
+		s.view.Store(nv)
+		v = nv
 	}
-	s.deadline.Stop()
-	if v.Managed {
-		s.renew.Stop()
+	s.timer.Stop()
+	if s.managed.Load() {
 		if v.State != leaseapi.StateReleased {
 			s.loss <- Loss{At: s.cfg.Clock.Now(), State: v.State, Err: v.Err}
 		}
 		close(s.loss)
 		s.leaveGate()
 	}
-	s.inbox.Close()
-	close(s.done)
+	s.inbox.Close() // closes done: Done() is the inbox's closed channel
 	s.inbox.Drain(func(c call) { c.Reply(s.finalReply(c.Req)) })
 	if s.cfg.OnExit != nil {
 		s.cfg.OnExit(s)

@@ -31,8 +31,6 @@ type View struct {
 	// SafetyMargin. It equals SafeDeadline(SentAt) unless the last renewal
 	// was distrusted for clock skew (then it is the earlier one).
 	Deadline time.Time
-	// Managed reports whether managed renewal is on.
-	Managed bool
 	// Err is why the lease is Uncertain or terminal (nil when Active or
 	// Released); it matches exactly one sentinel.
 	Err error
@@ -55,20 +53,21 @@ type Gate interface {
 	Leave()
 }
 
-// Config starts a supervisor for one freshly granted lease.
+// Config is what a supervisor needs besides its policy and grant; the
+// runtime shares one Config (by pointer, read only) across all the leases
+// of a client. Call Defaults before use.
 type Config struct {
 	Backend leaseapi.Backend
 	Clock   clock.Clock
-	Policy  leaseapi.Policy
-	// Record is the grant; SentAt the local instant its request was sent,
-	// RecvAt the instant its reply arrived.
-	Record leaseapi.Record
-	SentAt time.Time
-	RecvAt time.Time
 	// Life bounds every backend call of the supervisor except the release
-	// on Close: canceling it aborts an in-flight renewal (the client cancels
-	// it when it starts closing).
+	// on close. When it is canceled (the client starts closing), the
+	// supervisor releases its lease best effort under CloseContext() and
+	// exits; queued requests are then answered from the final view.
 	Life context.Context
+	// CloseContext returns the context that bounds the release on close
+	// (the one passed to Client.Close); nil means context.Background, still
+	// bounded by the policy's OperationTimeout.
+	CloseContext func() context.Context
 	// Managed bounds managed renewal; nil means unbounded.
 	Managed Gate
 	// OnExit, if set, is called once from the supervisor goroutine after
@@ -80,6 +79,14 @@ type Config struct {
 	// Renewer performs renewals; nil means Backend.Renew. The runtime
 	// passes a batching renewer for backends that renew in batches.
 	Renewer Renewer
+}
+
+// Grant is the acquisition a supervisor starts from: the record and the
+// local instants its request was sent and its reply received.
+type Grant struct {
+	Record leaseapi.Record
+	SentAt time.Time
+	RecvAt time.Time
 }
 
 // Renewer renews one grant, with the semantics of leaseapi.Backend.Renew.
@@ -95,6 +102,7 @@ const (
 	reqRelease
 	reqStartManaged
 	reqStopManaged
+	reqClose // sent by the client after canceling Life, to wake an idle actor
 )
 
 type reply struct {
@@ -108,64 +116,75 @@ type reply struct {
 type call = mailbox.Call[request, reply]
 
 // inboxSize bounds queued requests per lease; senders wait (honouring ctx)
-// when it is full.
-const inboxSize = 4
+// when it is full. Requests to one lease are rare and served in order, so
+// a small bound costs nothing and keeps 100,000 idle leases small.
+const inboxSize = 2
 
 // Supervisor owns one held lease: it is the only writer of the lease's
 // view, runs its timers and performs its backend calls, one at a time. Its
 // methods are safe for concurrent use by multiple goroutines; the read
 // methods never block.
 type Supervisor struct {
-	cfg Config
+	cfg    *Config         // shared by every lease of a client; read only
+	policy leaseapi.Policy // this lease's policy
 
 	// view is written only by the actor goroutine; everyone reads it.
 	view atomic.Pointer[View]
 
-	// inbox carries requests from callers to the actor.
-	inbox *mailbox.Mailbox[call]
-	// closing carries the client's Close context to the actor. Buffer 1:
-	// the client sends at most once (closeOnce guards it) without blocking.
-	closing chan context.Context
-	// done is closed by the actor when it exits, after the final view.
-	done chan struct{}
+	// inbox carries requests from callers to the actor (held by value).
+	// Its closed channel is the supervisor's done channel: the actor closes
+	// it when it exits, after the final view.
+	inbox mailbox.Mailbox[call]
+
+	// managed mirrors whether managed renewal is on, for readers; only the
+	// actor writes it.
+	managed atomic.Bool
 
 	// Actor-owned state below: touched only by the run goroutine.
-	deadline     *clock.Timer
-	renew        *clock.Timer // nil until managed renewal starts
-	loss         chan Loss    // buffer 1: at most one Loss, then closed
-	everManaged  bool
-	nextRenewDue time.Time
+	timer       *clock.Timer // armed at the deadline or the next renewal
+	renewDue    time.Time    // next managed renewal; meaningful while managed
+	loss        chan Loss    // buffer 1: at most one Loss, then closed
+	everManaged bool
+	called      bool // the last step called the backend: continue on a fresh goroutine
 }
 
-// Start spawns the supervisor goroutine for cfg.Record and returns at once.
-// The goroutine exits when the lease reaches a terminal state (Released,
-// Lost, Expired) or after [Supervisor.Close]; Done is closed then.
-func Start(cfg Config) *Supervisor {
+// Start spawns the supervisor goroutine for grant g under policy p and
+// returns at once. cfg must have been through Defaults and is not copied.
+// The actor runs until the lease reaches a terminal state (Released, Lost,
+// Expired) or until cfg.Life is canceled; Done is closed then. (After each
+// backend call it moves to a fresh goroutine, see run; one goroutine at a
+// time.)
+func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
+	s := &Supervisor{cfg: cfg, policy: p}
+	s.inbox.Init(inboxSize)
+	v := &View{
+		Record:     g.Record,
+		AcquiredAt: g.Record.AcquiredAt,
+		State:      leaseapi.StateActive,
+		SentAt:     g.SentAt,
+		RecvAt:     g.RecvAt,
+		Deadline:   g.Record.SafeDeadline(g.SentAt, p),
+	}
+	s.view.Store(v)
+	s.timer = cfg.Clock.Timer(max(cfg.Clock.Until(v.Deadline), 0))
+	go s.run()
+	return s
+}
+
+// Defaults fills in the zero fields of cfg that have defaults (Life,
+// Renewer) and returns it; call it once before sharing cfg.
+func (cfg *Config) Defaults() *Config {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
 	}
 	if cfg.Renewer == nil {
 		cfg.Renewer = cfg.Backend
 	}
-	s := &Supervisor{
-		cfg:     cfg,
-		inbox:   mailbox.New[call](inboxSize),
-		closing: make(chan context.Context, 1),
-		done:    make(chan struct{}),
-	}
-	v := &View{
-		Record:     cfg.Record,
-		AcquiredAt: cfg.Record.AcquiredAt,
-		State:      leaseapi.StateActive,
-		SentAt:     cfg.SentAt,
-		RecvAt:     cfg.RecvAt,
-		Deadline:   cfg.Record.SafeDeadline(cfg.SentAt, cfg.Policy),
-	}
-	s.view.Store(v)
-	s.deadline = cfg.Clock.Timer(cfg.Clock.Until(v.Deadline))
-	go s.run()
-	return s
+	return cfg
 }
+
+// Managed reports whether managed renewal is on. It never blocks.
+func (s *Supervisor) Managed() bool { return s.managed.Load() }
 
 // View returns the last published view (never nil). It never blocks.
 func (s *Supervisor) View() *View { return s.view.Load() }
@@ -185,7 +204,7 @@ func (s *Supervisor) State(now time.Time) leaseapi.State {
 }
 
 // Done returns a channel closed when the supervisor goroutine has exited.
-func (s *Supervisor) Done() <-chan struct{} { return s.done }
+func (s *Supervisor) Done() <-chan struct{} { return s.inbox.Closed() }
 
 // Renew asks the actor to renew the lease now and waits for the outcome.
 // ctx bounds only the wait; the backend call is bounded by the policy's
@@ -219,14 +238,11 @@ func (s *Supervisor) StopManaged(ctx context.Context) error {
 	return s.ask(ctx, reqStopManaged, "stop managed").err
 }
 
-// Close makes the actor release the lease best effort within ctx (and the
-// policy's OperationTimeout), publish a terminal view and exit. It does not
-// wait: use Done. Only the first Close counts; later ones do nothing.
-func (s *Supervisor) Close(ctx context.Context) {
-	select {
-	case s.closing <- ctx:
-	default:
-	}
+// WakeForClose nudges an idle actor after its Life was canceled, without
+// blocking: it queues a close request if there is room. If there is none,
+// the actor is busy and sees the canceled Life before its next wait.
+func (s *Supervisor) WakeForClose() {
+	_ = s.inbox.TrySend(mailbox.NewCall[request, reply](reqClose))
 }
 
 // ask is the caller side of every request: send, wait, and answer from the
@@ -235,7 +251,7 @@ func (s *Supervisor) ask(ctx context.Context, r request, op string) reply {
 	if ctx == nil {
 		return reply{err: leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")}
 	}
-	rep, err := mailbox.Request(ctx, s.inbox, s.done, r)
+	rep, err := mailbox.Request(ctx, &s.inbox, s.inbox.Closed(), r)
 	switch {
 	case err == nil:
 		return rep

@@ -43,7 +43,7 @@ type outcome struct {
 
 // plan decides, without I/O, whether event ev on view v needs a backend
 // call at local time now. When it does not, reply is the answer to give.
-func plan(v View, ev event, now time.Time) (call bool, reply error) {
+func plan(v *View, ev event, now time.Time) (call bool, reply error) {
 	if v.State.Terminal() {
 		return false, terminalReply(v.State, ev)
 	}
@@ -61,84 +61,122 @@ func plan(v View, ev event, now time.Time) (call bool, reply error) {
 	return false, nil
 }
 
-// transition is the whole lease state machine of DESIGN §1: given the view,
-// the event, the backend outcome, the local time after the call and the
-// policy, it returns the next view and the reply for the requester. It
-// reads no clock, does no I/O and touches no channel.
-func transition(v View, ev event, out outcome, now time.Time, p leaseapi.Policy) (View, error) {
-	if v.State.Terminal() {
-		return v, terminalReply(v.State, ev)
+// transition is the whole lease state machine of DESIGN §1. next holds a
+// copy of the current view on entry and the next view on return; ev is the
+// event, out the backend outcome, now the local time after the call, p the
+// policy. It returns the reply for the requester. It reads no clock, does
+// no I/O and touches no channel. It works through pointers so that no View
+// is copied on the supervisor's stack.
+func transition(next *View, ev event, out *outcome, now time.Time, p *leaseapi.Policy) error {
+	if next.State.Terminal() {
+		return terminalReply(next.State, ev)
 	}
-	next := v
 	switch ev {
 	case evDeadline:
-		if now.Before(v.Deadline) {
-			return v, nil // a stale timer: the deadline moved on
+		if !now.Before(next.Deadline) {
+			expire(next)
 		}
-		return expire(v), nil
+		return nil
 
 	case evRenew, evValidate:
 		if !out.called {
-			if !now.Before(v.Deadline) {
-				return expire(v), errExpired(ev)
-			}
-			return v, nil
-		}
-		if out.err == nil {
-			if ev == evRenew {
-				if !sameGrant(v.Record, out.rec) {
-					next.State = leaseapi.StateLost
-					next.Err = leaseapi.NewError("renew", leaseapi.ErrFencingRegression, "renewal changed the grant")
-					return next, next.Err
-				}
-				next.Record, next.SentAt, next.RecvAt = out.rec, out.sentAt, now
-				if skewed(v, out, now, p) {
-					// The backend's clock moved unlike ours: keep the old
-					// deadline and deny admission until a renewal agrees.
-					next.State = leaseapi.StateUncertain
-					next.Err = errSkew
-					return next, next.Err
-				}
-				next.Deadline = out.rec.SafeDeadline(out.sentAt, p)
-			}
 			if !now.Before(next.Deadline) {
-				return expire(next), errExpired(ev)
+				expire(next)
+				return errExpired(ev)
 			}
-			next.State = leaseapi.StateActive
-			next.Err = nil
-			return next, nil
+			return nil
 		}
-		return failed(v, out.err, now)
+		if out.err != nil {
+			return failed(next, out.err, now)
+		}
+		if ev == evRenew {
+			if !sameGrant(&next.Record, &out.rec) {
+				next.State = leaseapi.StateLost
+				next.Err = errRegression
+				return next.Err
+			}
+			skew := skewed(next, out, now, p)
+			next.Record, next.SentAt, next.RecvAt = out.rec, out.sentAt, now
+			if skew {
+				// The backend's clock moved unlike ours: keep the old
+				// deadline and deny admission until a renewal agrees.
+				next.State = leaseapi.StateUncertain
+				next.Err = errSkew
+				return next.Err
+			}
+			next.Deadline = out.rec.SafeDeadline(out.sentAt, *p)
+		}
+		if !now.Before(next.Deadline) {
+			expire(next)
+			return errExpired(ev)
+		}
+		next.State = leaseapi.StateActive
+		next.Err = nil
+		return nil
 
 	case evRelease:
 		switch {
 		case out.err == nil:
 			next.State = leaseapi.StateReleased
 			next.Err = nil
-			return next, nil
-		case !now.Before(v.Deadline) && !isStale(out.err):
-			return expire(v), out.err
+			return nil
+		case !now.Before(next.Deadline) && !isStale(out.err):
+			expire(next)
+			return out.err
 		}
-		return failed(v, out.err, now)
+		return failed(next, out.err, now)
 
 	case evClose:
 		if out.called && out.err == nil {
 			next.State = leaseapi.StateReleased
 			next.Err = nil
-			return next, nil
+			return nil
 		}
 		next.State = leaseapi.StateLost
-		next.Err = leaseapi.NewError("close", leaseapi.ErrLost, "client closed")
-		return next, nil
+		next.Err = errClientClosed
+		return nil
 	}
-	return v, nil
+	return nil
+}
+
+// failed applies an operation failure: a stale owner is proof of loss;
+// anything else is fail-closed uncertainty until the deadline.
+func failed(next *View, err error, now time.Time) error {
+	switch {
+	case isStale(err):
+		next.State = leaseapi.StateLost
+		next.Err = err
+	case !now.Before(next.Deadline):
+		expire(next)
+	default:
+		next.State = leaseapi.StateUncertain
+		next.Err = err
+	}
+	return err
+}
+
+func expire(v *View) {
+	v.State = leaseapi.StateExpired
+	v.Err = errDeadline
+}
+
+var (
+	errDeadline     = leaseapi.NewError("deadline", leaseapi.ErrLost, "deadline passed")
+	errClientClosed = leaseapi.NewError("close", leaseapi.ErrLost, "client closed")
+	errRegression   = leaseapi.NewError("renew", leaseapi.ErrFencingRegression, "renewal changed the grant")
+)
+
+func isStale(err error) bool { return leaseapi.Kind(err) == leaseapi.ErrStaleOwner }
+
+func errExpired(ev event) error {
+	return leaseapi.NewError(ev.String(), leaseapi.ErrLost, "deadline passed")
 }
 
 // errSkew is the reply to a renewal whose backend timestamp is outside what
 // the local clock allows.
 var errSkew = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "backend clock diverges beyond the safety margin")
 
-func sameGrant(a, b leaseapi.Record) bool {
+func sameGrant(a, b *leaseapi.Record) bool {
 	return a.Key == b.Key && a.Owner == b.Owner && a.Token == b.Token
 }
 
@@ -150,7 +188,7 @@ func sameGrant(a, b leaseapi.Record) bool {
 // the safety margin is sized for (margin/TTL of the elapsed time) and the
 // backend's millisecond resolution. Outside that, the backend clock jumped
 // or runs at another rate than the model allows.
-func skewed(v View, out outcome, now time.Time, p leaseapi.Policy) bool {
+func skewed(v *View, out *outcome, now time.Time, p *leaseapi.Policy) bool {
 	if v.RecvAt.IsZero() || v.Record.AcquiredAt.IsZero() {
 		return false
 	}
@@ -159,35 +197,6 @@ func skewed(v View, out outcome, now time.Time, p leaseapi.Policy) bool {
 	tol := time.Duration(float64(hi)*float64(p.SafetyMargin())/float64(p.TTL())) + 2*time.Millisecond
 	adv := out.rec.AcquiredAt.Sub(v.Record.AcquiredAt)
 	return adv < lo-tol || adv > hi+tol
-}
-
-// failed applies an operation failure: a stale owner is proof of loss;
-// anything else is fail-closed uncertainty until the deadline.
-func failed(v View, err error, now time.Time) (View, error) {
-	next := v
-	switch {
-	case isStale(err):
-		next.State = leaseapi.StateLost
-		next.Err = err
-	case !now.Before(v.Deadline):
-		next = expire(v)
-	default:
-		next.State = leaseapi.StateUncertain
-		next.Err = err
-	}
-	return next, err
-}
-
-func expire(v View) View {
-	v.State = leaseapi.StateExpired
-	v.Err = leaseapi.NewError("deadline", leaseapi.ErrLost, "deadline passed")
-	return v
-}
-
-func isStale(err error) bool { return leaseapi.Kind(err) == leaseapi.ErrStaleOwner }
-
-func errExpired(ev event) error {
-	return leaseapi.NewError(ev.String(), leaseapi.ErrLost, "deadline passed")
 }
 
 // terminalReply answers an event on a handle in terminal state s.

@@ -69,7 +69,8 @@ func TestTransition(t *testing.T) {
 		{"terminal: release on expired", withState(active, leaseapi.StateExpired), evRelease, outcome{}, before, leaseapi.StateExpired, active.Deadline, leaseapi.ErrLost},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := transition(tt.view, tt.ev, tt.out, tt.now, p)
+			got := tt.view
+			err := transition(&got, tt.ev, &tt.out, tt.now, &p)
 			if got.State != tt.wantState {
 				t.Errorf("state: got %v, want %v", got.State, tt.wantState)
 			}
@@ -120,7 +121,8 @@ func TestTransitionDetects(t *testing.T) {
 		{"owner changed on renewal", func() leaseapi.Record { r := renewAt(3 * time.Second); r.Owner = "x"; return r }(), leaseapi.StateLost, leaseapi.ErrFencingRegression, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := transition(v, evRenew, outcome{called: true, sentAt: sent, rec: tt.rec}, now, p)
+			got := v
+			err := transition(&got, evRenew, &outcome{called: true, sentAt: sent, rec: tt.rec}, now, &p)
 			if got.State != tt.wantState || leaseapi.Kind(err) != tt.wantErr {
 				t.Fatalf("got (%v, %v), want (%v, %v)", got.State, err, tt.wantState, tt.wantErr)
 			}
@@ -155,7 +157,7 @@ func TestPlan(t *testing.T) {
 		{"terminal never calls", withState(v, leaseapi.StateLost), evRelease, t0.Add(-1), false, leaseapi.ErrLost},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			call, err := plan(tt.view, tt.ev, tt.now)
+			call, err := plan(&tt.view, tt.ev, tt.now)
 			if call != tt.wantCall || leaseapi.Kind(err) != tt.wantErr {
 				t.Fatalf("got (%v, %v), want (%v, %v)", call, err, tt.wantCall, tt.wantErr)
 			}
