@@ -84,13 +84,27 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		}
 		remaining := end.Sub(c.clk.Now())
 		if remaining <= 0 {
-			return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "wait exhausted")
+			return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, waitExhausted(err))
 		}
 		pause := min(p.Retry()+c.retry.Jitter(p.Jitter()), remaining)
 		if err := c.sleeper.Sleep(ctx, pause, wake); err != nil {
 			return nil, c.closedOr(leaseapi.ContextError(op, err), op)
 		}
 	}
+}
+
+// waitExhausted says, in fixed text, why the last attempt failed, so that a
+// caller can tell "held by another owner" from "backend unreachable".
+func waitExhausted(last error) string {
+	switch leaseapi.Kind(last) {
+	case leaseapi.ErrContended:
+		return "wait exhausted: key held by another owner"
+	case leaseapi.ErrBackendUnavailable:
+		return "wait exhausted: backend unavailable"
+	case leaseapi.ErrAmbiguousOutcome:
+		return "wait exhausted: last attempt ambiguous"
+	}
+	return "wait exhausted"
 }
 
 // retryable reports whether another attempt may succeed.

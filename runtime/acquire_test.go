@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,9 @@ func TestAcquireBounds(t *testing.T) {
 		if waited := time.Since(start); waited != 5*time.Second {
 			t.Fatalf("Acquire waited %v, want exactly Wait (5s)", waited)
 		}
+		if !strings.Contains(err.Error(), "held by another owner") {
+			t.Fatalf("ErrTimeout %q does not say the key was held", err)
+		}
 		calls := b.faulty.Calls(leaseapi.OpTryAcquire)
 		_, err = b.client.Acquire(t.Context(), k, waitPolicy(t, time.Hour, 3))
 		wantKind(t, "Acquire past MaxAttempts", err, leaseapi.ErrContended)
@@ -96,6 +100,13 @@ func TestAcquireBounds(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("%v does not match context.Canceled", err)
 		}
+		b.faulty.SetMode(simtest.Down)
+		_, err = b.client.Acquire(t.Context(), testKey(t, "down"), waitPolicy(t, 3*time.Second, 0))
+		wantKind(t, "Acquire against a down backend", err, leaseapi.ErrTimeout)
+		if !strings.Contains(err.Error(), "backend unavailable") {
+			t.Fatalf("ErrTimeout %q does not say the backend was unavailable", err)
+		}
+		b.faulty.SetMode(simtest.Pass)
 	})
 }
 

@@ -157,7 +157,10 @@ func cmpOr(v, def int) int {
 // Managed returns how many handles are under managed renewal now.
 func (c *Client) Managed() int { return int(c.managed.n.Load()) }
 
-// Held returns how many handles of this client have a live supervisor.
+// Held returns how many handles of this client have a live supervisor. A
+// supervisor exits just after its lease ends (the Release reply is sent
+// first), so a count read right after Release may still include it; wait
+// on Handle.Done for an exact figure.
 func (c *Client) Held() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

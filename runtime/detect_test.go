@@ -51,6 +51,7 @@ func TestFencingRegressionDetected(t *testing.T) {
 			if err := h.Release(t.Context()); err != nil {
 				t.Fatal(err)
 			}
+			<-h.Done()
 		}
 		b.lose() // the backend forgets tokens 1..3
 		for i := range 3 {

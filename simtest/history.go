@@ -91,9 +91,9 @@ func (v Violation) String() string { return v.Rule + ": " + v.Detail }
 //
 //   - "grant-order": for one key, a grant's token is not higher than every
 //     earlier grant's (tokens must strictly increase in time);
-//   - "overlap": a holder was admitted with a token at or after the instant
-//     a higher token of the same key was granted: two owners held the key
-//     at once;
+//   - "overlap": a holder was admitted with a token after a higher token
+//     of the same key was granted (at the same instant: the grant was
+//     recorded first): two owners held the key at once;
 //   - "ungranted": an admission with a token that was never granted to
 //     that owner before it;
 //   - "stale-write": a resource accepted a token lower than one it had
@@ -147,10 +147,13 @@ func (h *History) Check() []Violation {
 		}
 		covered := false
 		for _, g := range grants[e.Key] {
-			if g.token == e.Token && g.owner == e.Owner && !g.at.After(e.At) {
+			// "Before" on one clock; at the same instant (simulated time
+			// does not advance within a step) the recording order decides.
+			before := g.at.Before(e.At) || g.at.Equal(e.At) && g.seq < e.Seq
+			if g.token == e.Token && g.owner == e.Owner && before {
 				covered = true
 			}
-			if g.token > e.Token && !g.at.After(e.At) {
+			if g.token > e.Token && before {
 				out = append(out, Violation{"overlap", fmt.Sprintf("token %d admitted at or after token %d was granted", e.Token, g.token), []int{g.seq, e.Seq}})
 			}
 		}

@@ -42,6 +42,12 @@ func TestCheckerCatches(t *testing.T) {
 			h.Grant(k, "b", 2, at(5))
 			h.Admit(k, "a", 1, at(5))
 		}, "overlap"},
+		{"handoff at the same instant", func(h *History) {
+			h.Grant(k, "a", 1, at(0))
+			h.Admit(k, "a", 1, at(5))
+			h.Grant(k, "b", 2, at(5)) // a released, b acquired, same instant
+			h.Admit(k, "b", 2, at(5))
+		}, ""},
 		{"token regression", func(h *History) {
 			h.Grant(k, "a", 2, at(0))
 			h.Grant(k, "b", 2, at(5))
@@ -117,6 +123,27 @@ func TestSkewedClock(t *testing.T) {
 		Advance(time.Second)
 		if got := c.Now().Sub(start); got != 2*time.Second {
 			t.Fatalf("rate 2 clock advanced %v in 1s, want 2s", got)
+		}
+	})
+}
+
+func TestOffsetClock(t *testing.T) {
+	Simulate(t, func(t *testing.T) {
+		c := NewOffsetClock(nil, time.Hour)
+		if got := c.Until(time.Now().Add(2 * time.Hour)); got != time.Hour {
+			t.Fatalf("Until: got %v, want 1h", got)
+		}
+		start := c.Now()
+		timer := c.Timer(time.Second)
+		<-timer.C
+		if got := c.Since(start); got != time.Second {
+			t.Fatalf("a 1s timer on an offset clock took %v", got)
+		}
+		ctx, cancel := c.WithDeadline(t.Context(), c.Now().Add(time.Second))
+		defer cancel()
+		<-ctx.Done()
+		if got := c.Since(start); got != 2*time.Second {
+			t.Fatalf("deadline context ended after %v, want 2s", got)
 		}
 	})
 }
