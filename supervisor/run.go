@@ -159,34 +159,70 @@ func (s *Supervisor) settle(v *View, ev event, out *outcome, call bool, rep erro
 // callBackend makes the one backend call of a step into out, bounded by
 // the policy's OperationTimeout and, for renew and validate, by the
 // remaining trust: a reply after the deadline could not restore admission
-// anyway.
+// anyway. Its frame is kept small (the timeout and the error wrapping are
+// out of line) because it sits under the backend's call chain on the
+// actor's stack, which should not need to grow for an in-process backend.
 func (s *Supervisor) callBackend(parent context.Context, ev event, v *View, out *outcome) {
 	s.called = true
-	clk := s.cfg.Clock
-	out.called, out.sentAt = true, clk.Now()
-	ctx := parent
+	out.called, out.sentAt = true, s.cfg.Clock.Now()
+	ctx, cancel := parent, context.CancelFunc(nil)
 	if !s.cfg.Unbounded {
-		timeout := s.policy.OperationTimeout()
-		if ev == evRenew || ev == evValidate {
-			timeout = min(timeout, v.Deadline.Sub(out.sentAt))
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = clk.WithTimeout(parent, timeout)
-		defer cancel()
+		ctx, cancel = s.opContext(parent, ev, v.Deadline, out.sentAt)
 	}
 	switch ev {
 	case evRenew:
-		out.rec, out.err = s.cfg.Renewer.Renew(ctx, v.Record, s.policy.TTL())
+		s.renewInto(ctx, &v.Record, out)
 	case evValidate:
-		out.err = s.cfg.Backend.Validate(ctx, v.Record)
-	case evRelease, evClose:
-		out.err = s.cfg.Backend.Release(ctx, v.Record)
+		s.validateInto(ctx, &v.Record, out)
+	default: // evRelease, evClose
+		s.releaseInto(ctx, &v.Record, out)
 	}
+	if cancel != nil {
+		cancel()
+	}
+	if out.err != nil || mutant.On(mutant.DeadlineFromReply) {
+		s.finishCall(ev, out)
+	}
+}
+
+// renewInto, validateInto and releaseInto are the three backend calls, each
+// in its own small frame.
+//
+//go:noinline
+func (s *Supervisor) renewInto(ctx context.Context, rec *leaseapi.Record, out *outcome) {
+	out.rec, out.err = s.cfg.Renewer.Renew(ctx, *rec, s.policy.TTL())
+}
+
+//go:noinline
+func (s *Supervisor) validateInto(ctx context.Context, rec *leaseapi.Record, out *outcome) {
+	out.err = s.cfg.Backend.Validate(ctx, *rec)
+}
+
+//go:noinline
+func (s *Supervisor) releaseInto(ctx context.Context, rec *leaseapi.Record, out *outcome) {
+	out.err = s.cfg.Backend.Release(ctx, *rec)
+}
+
+// opContext bounds one backend call.
+//
+//go:noinline
+func (s *Supervisor) opContext(parent context.Context, ev event, deadline, sentAt time.Time) (context.Context, context.CancelFunc) {
+	timeout := s.policy.OperationTimeout()
+	if ev == evRenew || ev == evValidate {
+		timeout = min(timeout, deadline.Sub(sentAt))
+	}
+	return s.cfg.Clock.WithTimeout(parent, timeout)
+}
+
+// finishCall redacts a failed call's error (and applies a mutant).
+//
+//go:noinline
+func (s *Supervisor) finishCall(ev event, out *outcome) {
 	if out.err != nil {
 		out.err = leaseapi.Wrap(out.err, ev.String())
 	}
 	if mutant.On(mutant.DeadlineFromReply) {
-		out.sentAt = clk.Now()
+		out.sentAt = s.cfg.Clock.Now()
 	}
 }
 
