@@ -93,24 +93,11 @@ func (e *entry) matches(rec leaseapi.Record) bool {
 	return e.owner == rec.Owner && e.token == rec.Token
 }
 
-func ctxErr(ctx context.Context, op string) error {
-	if ctx == nil {
-		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
-	}
-	if err := ctx.Err(); err != nil {
-		return leaseapi.ContextError(op, err)
-	}
-	return nil
-}
-
 // TryAcquire implements [leaseapi.Backend].
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := validArgs(key, owner, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,14 +116,8 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // Renew implements [leaseapi.Backend].
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -162,11 +143,8 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 // Validate implements [leaseapi.Backend].
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 	const op = "validate"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -180,11 +158,8 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 // Release implements [leaseapi.Backend].
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,11 +186,8 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // Inspect implements [leaseapi.Inspector].
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
-	}
-	if err := key.Check(); err != nil {
-		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -251,14 +223,4 @@ func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
 			}
 		}
 	}
-}
-
-func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
-	if err := key.Check(); err != nil {
-		return err
-	}
-	if err := leaseapi.CheckOwner(owner); err != nil {
-		return err
-	}
-	return leaseapi.CheckTTL(ttl)
 }

@@ -36,7 +36,7 @@ const MaxResourceBytes = leaseapi.MaxKeyBytes
 // transaction. Fence changes no lease state.
 func (s *Store) Fence(ctx context.Context, tx pgx.Tx, rec leaseapi.Record) error {
 	const op = "fence"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -79,7 +79,7 @@ func (s *Store) Fence(ctx context.Context, tx pgx.Tx, rec leaseapi.Record) error
 // statement failed (tx is then aborted).
 func (s *Store) AdvanceFence(ctx context.Context, tx pgx.Tx, resource string, token leaseapi.Token) error {
 	const op = "advance fence"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -125,7 +125,7 @@ type TxBeginner interface {
 // context's error for other failures. ctx bounds everything.
 func (s *Store) FencedWrite(ctx context.Context, db TxBeginner, resource string, token leaseapi.Token, rec *leaseapi.Record, write func(ctx context.Context, tx pgx.Tx) error) error {
 	const op = "fenced write"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	if isNil(db) || write == nil {

@@ -115,7 +115,7 @@ func lockID(schema string) int64 {
 // Migrate again: it is idempotent).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	const op = "migrate"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	if pool == nil {

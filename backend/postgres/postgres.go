@@ -232,26 +232,6 @@ func keyHashString(k string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-func ctxErr(ctx context.Context, op string) error {
-	if ctx == nil {
-		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
-	}
-	if err := ctx.Err(); err != nil {
-		return leaseapi.ContextError(op, err)
-	}
-	return nil
-}
-
-func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
-	if err := key.Check(); err != nil {
-		return err
-	}
-	if err := leaseapi.CheckOwner(owner); err != nil {
-		return err
-	}
-	return leaseapi.CheckTTL(ttl)
-}
-
 // storable reports whether tok fits the bigint column. Tokens are bounded by
 // 2^63-1: the backend never grants a larger one, so a record carrying one
 // cannot be current.
@@ -275,11 +255,8 @@ func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
 // lost: the grant may exist (resolve with [Store.Inspect] by owner id).
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := validArgs(key, owner, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	c, err := s.conn(ctx, op)
 	if err != nil {
@@ -303,14 +280,8 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // and token. A lost reply is leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	if !storable(rec.Token) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
@@ -335,11 +306,8 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 // a failure is leaseapi.ErrBackendUnavailable (or the context's error).
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 	const op = "validate"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	if !storable(rec.Token) {
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
@@ -366,11 +334,8 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 // leaseapi.ErrStaleOwner; a lost reply is leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	if !storable(rec.Token) {
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
@@ -396,11 +361,8 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // acquired).
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
-	}
-	if err := key.Check(); err != nil {
-		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
 	}
 	c, err := s.conn(ctx, op)
 	if err != nil {
@@ -435,7 +397,7 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out := make([]leaseapi.RenewResult, len(reqs))
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		for i := range out {
 			out[i].Err = err
 		}
@@ -445,12 +407,8 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	var rounds [][]int
 	seen := make(map[leaseapi.Key]int, len(reqs)) // key -> rounds it appears in
 	for i, r := range reqs {
-		if err := validArgs(r.Record.Key, r.Record.Owner, r.TTL); err != nil {
-			out[i].Err = leaseapi.Wrap(err, op)
-			continue
-		}
-		if err := r.Record.Check(); err != nil {
-			out[i].Err = leaseapi.Wrap(err, op)
+		if err := leaseapi.CheckRenewRequest(op, r); err != nil {
+			out[i].Err = err
 			continue
 		}
 		if !storable(r.Record.Token) {
@@ -477,7 +435,7 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 			out[i].Err = err
 		}
 	}
-	if err := ctxErr(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		fail(err)
 		return
 	}

@@ -38,7 +38,7 @@ type unit struct {
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out := make([]leaseapi.RenewResult, len(reqs))
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		for i := range out {
 			out[i].Err = err
 		}
@@ -46,8 +46,8 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	}
 	valid := make([]int, 0, len(reqs))
 	for i, r := range reqs {
-		if err := checkRenew(r.Record, r.TTL); err != nil {
-			out[i].Err = leaseapi.Wrap(err, op)
+		if err := leaseapi.CheckRenewRequest(op, r); err != nil {
+			out[i].Err = err
 			continue
 		}
 		valid = append(valid, i)

@@ -67,17 +67,6 @@ func beforeSend(err error) bool {
 	return errors.Is(err, vk.ErrNoSlot) || errors.Is(err, vk.ErrNoAddr)
 }
 
-// ctxCheck returns the error for a nil or already-done ctx, before any I/O.
-func ctxCheck(ctx context.Context, op string) error {
-	if ctx == nil {
-		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
-	}
-	if err := ctx.Err(); err != nil {
-		return leaseapi.ContextError(op, err)
-	}
-	return nil
-}
-
 // protocolError is returned when a reply does not have the shape the script
 // returns (a server that is not Redis 7+/Valkey, or a corrupted key).
 func protocolError(op string, mutation bool) error {

@@ -249,16 +249,6 @@ func cleanText(s string) bool {
 	return true
 }
 
-func validArgs(key leaseapi.Key, owner string, ttl time.Duration) error {
-	if err := key.Check(); err != nil {
-		return err
-	}
-	if err := leaseapi.CheckOwner(owner); err != nil {
-		return err
-	}
-	return leaseapi.CheckTTL(ttl)
-}
-
 func micros(ttl time.Duration) string { return strconv.FormatInt(ttl.Microseconds(), 10) }
 
 func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10) }
@@ -286,11 +276,8 @@ func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool)
 // [Store.Inspect] to find it by owner id). Never retried.
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := validArgs(key, owner, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	lk, tk := s.Keys(key)
 	keys, args := []string{lk, tk}, []string{owner, micros(ttl)}
@@ -367,22 +354,12 @@ func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, 
 // Never retried.
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
-	}
-	if err := checkRenew(rec, ttl); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(err, op)
 	}
 	lk, _ := s.Keys(rec.Key)
 	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl)})
 	return decodeRenew(res, rec, op)
-}
-
-func checkRenew(rec leaseapi.Record, ttl time.Duration) error {
-	if err := validArgs(rec.Key, rec.Owner, ttl); err != nil {
-		return err
-	}
-	return rec.Check()
 }
 
 func decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string) (leaseapi.Record, error) {
@@ -409,11 +386,8 @@ func decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string) (leaseapi.
 // to a replica, which could lag behind a release).
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 	const op = "validate"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	lk, _ := s.Keys(rec.Key)
 	vals, err := scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token)}).AsIntSlice()
@@ -438,11 +412,8 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 // Release is safe.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	lk, tk, id := s.names(rec.Key)
 	vals, err := scriptRelease.Exec(ctx, s.client, []string{lk, tk},
@@ -470,11 +441,8 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // [leaseapi.ErrBackendUnavailable].
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
-	}
-	if err := key.Check(); err != nil {
-		return leaseapi.Record{}, false, leaseapi.Wrap(err, op)
 	}
 	lk, tk := s.Keys(key)
 	arr, err := scriptInspect.Exec(ctx, s.client, []string{lk, tk}, nil).ToArray()
@@ -525,11 +493,8 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 // not retried.
 func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value string, ttl time.Duration) error {
 	const op = "guard"
-	if err := ctxCheck(ctx, op); err != nil {
+	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
-	}
-	if err := rec.Check(); err != nil {
-		return leaseapi.Wrap(err, op)
 	}
 	if ttl < 0 || ttl > 0 && ttl < time.Millisecond {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "ttl out of range")
