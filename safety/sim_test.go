@@ -838,3 +838,98 @@ func skewRun(w *world) {
 	wg.Wait()
 	contend(w, 3, []leaseapi.Key{leaseapi.MustKey("sc10", "x"), leaseapi.MustKey("sc10", "y")}, 20*time.Second, nil)
 }
+
+// jumpClock is a backend clock that follows the simulated clock until
+// Jump moves it by d at once (an NTP step, a VM restored from a snapshot).
+type jumpClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *jumpClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *jumpClock) Jump(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off += d
+}
+
+// TestSimClockJump is scenario 10's clock jump: the backend's clock steps
+// while a managed holder acts and two others wait. A step backwards (any
+// size) only makes grants last longer on the backend: no overlap. A step
+// forwards by more than the margin is outside the model: the backend
+// expires the holder's grant early, another client takes the key, and the
+// holder, which has no backend reading until its next renewal, is still
+// Active: the checker must find the overlap (it documents the assumption).
+// The holder learns at that next renewal (Lost).
+func TestSimClockJump(t *testing.T) {
+	run := func(w *world, jump, at time.Duration) *runtime.Handle {
+		clk := &jumpClock{}
+		w.setStore(memory.Options{Clock: clk})
+		w.note("backend clock jumps %v at +%v", jump, at)
+		k := leaseapi.MustKey("sc10", "jump")
+		a := w.client("a")
+		h, err := a.c.TryAcquire(context.Background(), k, w.policy)
+		if err != nil {
+			w.fatal("TryAcquire: %v", err)
+		}
+		w.granted(h)
+		if _, err := h.StartManaged(context.Background()); err != nil {
+			w.fatal("StartManaged: %v", err)
+		}
+		var wg sync.WaitGroup
+		for _, name := range []string{"b", "c"} {
+			c := w.client(name)
+			wg.Go(func() {
+				hb, err := c.c.Acquire(context.Background(), k, w.policy)
+				if err != nil {
+					return
+				}
+				w.granted(hb)
+				if _, err := hb.StartManaged(context.Background()); err != nil {
+					w.problem("%s: StartManaged: %v", c.name, err)
+				}
+				for end := time.Now().Add(2 * w.policy.TTL()); !hb.State().Terminal() && time.Now().Before(end); {
+					if w.admit(hb) {
+						_ = w.write(hb, c.name)
+					}
+					pause(context.Background(), 20*time.Millisecond)
+				}
+				w.release(hb)
+			})
+		}
+		start := time.Now()
+		jumped := false
+		waitFor(4*w.policy.TTL(), 10*time.Millisecond, func() bool {
+			if !jumped && time.Since(start) >= at {
+				clk.Jump(jump)
+				jumped = true
+			}
+			if w.admit(h) {
+				_ = w.write(h, "a")
+			}
+			return h.State().Terminal()
+		})
+		wg.Wait()
+		return h
+	}
+	t.Run("Backward", func(t *testing.T) {
+		runSeeds(t, seedsSkewOut, func(w *world) {
+			run(w, -w.between(time.Second, time.Hour), w.between(100*time.Millisecond, 3*time.Second))
+		})
+	})
+	t.Run("Forward", func(t *testing.T) {
+		runSeeds(t, seedsSkewOut, func(w *world) {
+			w.expectViolations = true
+			ttl := w.policy.TTL()
+			h := run(w, w.between(ttl, 2*ttl), w.between(50*time.Millisecond, 500*time.Millisecond))
+			if st := h.State(); st != leaseapi.StateLost {
+				w.problem("the holder after its first renewal past the jump: %v, want lost", st)
+			}
+		})
+	})
+}
