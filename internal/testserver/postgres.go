@@ -2,7 +2,6 @@ package testserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -36,14 +34,7 @@ const initdbTimeout = 2 * time.Minute
 // nil, is idempotent and may be called when err is non-nil. err wraps
 // ErrNoServer when neither the environment nor the machine offers a server.
 func Postgres() (url string, stop func(), err error) {
-	if url := os.Getenv(EnvPostgresURL); url != "" {
-		return url, func() {}, nil
-	}
-	s, err := StartPostgres(PostgresOptions{})
-	if err != nil {
-		return "", func() {}, err
-	}
-	return s.URL(), s.Stop, nil
+	return fromEnvOrStart(EnvPostgresURL, func() (*PostgresServer, error) { return StartPostgres(PostgresOptions{}) }, (*PostgresServer).URL)
 }
 
 // PostgresOptions configures a server started by StartPostgres. The zero
@@ -71,16 +62,7 @@ type PostgresOptions struct {
 // down or frozen until Restart or Resume; Stop ends it for good and removes
 // its directory. The process never outlives the test binary.
 type PostgresServer struct {
-	bin  string              // the postgres executable
-	dir  string              // owns data/ (the cluster), the socket and server.log
-	port int                 // fixed for the server's life, so Restart keeps the URL
-	args []string            // postgres command line, fixed at start
-	cred *syscall.Credential // the OS user the server runs as; nil: ours
-	env  []string            // environment for initdb and postgres
-
-	mu      sync.Mutex // guards p and stopped, and serialises the control methods
-	p       *proc      // the running postmaster; nil while down (after Kill)
-	stopped bool       // Stop was called: the directory is gone
+	*server // the postmaster; its dir owns data/ (the cluster), the socket and server.log
 }
 
 // StartPostgres creates a cluster with initdb in a new temporary directory,
@@ -143,30 +125,29 @@ func startPostgres(opts PostgresOptions, initdb, bin, dir string, cred *syscall.
 	}
 	settings = append(settings, opts.Settings...)
 
-	// A free port can be taken between FreePort and the server's bind:
-	// try a few.
-	var lastErr error
-	for range 3 {
-		port, err := FreePort()
-		if err != nil {
-			lastErr = fmt.Errorf("testserver: free port: %w", err)
-			continue
-		}
+	srv, err := startOnFreePort(func(port int) (*server, error) {
 		args := []string{"-D", data, "-p", strconv.Itoa(port)}
 		for _, kv := range settings {
 			args = append(args, "-c", kv)
 		}
-		s := &PostgresServer{bin: bin, dir: dir, port: port, args: args, cred: cred, env: env}
-		if lastErr = s.start(); lastErr != nil {
-			continue
-		}
-		if err := s.createDatabase(); err != nil {
-			s.Stop()
-			return nil, err
-		}
-		return s, nil
+		return &server{
+			name: "postgres", bin: bin, dir: dir, port: port, args: args, cred: cred, env: env,
+			ready:        func(int) error { return pgPing(port, dir) },
+			readyTimeout: startTimeout,
+			readyWhat:    "accept connections",
+			stopSig:      syscall.SIGQUIT, // immediate shutdown, as pg_ctl stop -m immediate
+			restartSig:   syscall.SIGINT,  // fast shutdown
+		}, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, lastErr
+	s := &PostgresServer{srv}
+	if err := s.createDatabase(); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
 }
 
 // serverCredential returns the OS user to run initdb and postgres as: nil
@@ -238,50 +219,24 @@ func runInitdb(initdb, dir, data string, cred *syscall.Credential, env []string)
 	return nil
 }
 
-// start launches the postmaster and waits until it accepts connections to
-// the database "postgres". On failure the process is reaped and s.p stays
-// nil. The caller holds s.mu (or owns s).
-func (s *PostgresServer) start() error {
-	p, err := startProc(s.bin, s.args, s.dir, filepath.Join(s.dir, "server.log"), s.cred, s.env)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if p.exited() {
-			return p.exitError("postgres")
-		}
-		err := s.ping()
-		if err == nil {
-			s.p = p
-			return nil
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return fmt.Errorf("testserver: postgres did not accept connections within %v (last: %v): %s",
-				startTimeout, err, p.logTail())
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
-// ping connects to the database "postgres" and checks that the server
-// runs on s's data directory: the port was free a moment ago, but another
-// test binary may have taken it since, and its server must not pass for ours.
-func (s *PostgresServer) ping() error {
+// pgPing connects to the database "postgres" of the server on port and
+// checks that it runs on dir's data directory: the port was free a moment
+// ago, but another test binary may have taken it since, and its server must
+// not pass for ours.
+func pgPing(port int, dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.url("postgres"))
+	conn, err := pgx.Connect(ctx, pgURL(Addr(port), "postgres"))
 	if err != nil {
 		return fmt.Errorf("testserver: connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	var dir string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dir); err != nil {
+	var got string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&got); err != nil {
 		return fmt.Errorf("testserver: read data_directory: %w", err)
 	}
-	if want := filepath.Join(s.dir, "data"); dir != want && dir != evalSymlinks(want) {
-		return fmt.Errorf("testserver: the server on port %d runs on %s, not %s", s.port, dir, want)
+	if want := filepath.Join(dir, "data"); got != want && got != evalSymlinks(want) {
+		return fmt.Errorf("testserver: the server on port %d runs on %s, not %s", port, got, want)
 	}
 	return nil
 }
@@ -330,19 +285,7 @@ func (s *PostgresServer) Dir() string { return s.dir }
 // within 10s, then the postmaster is reaped. Idempotent; safe after Kill. A
 // test binary that dies without calling Stop takes the postmaster with it
 // (parent-death signal; its backends follow), but leaves the directory.
-func (s *PostgresServer) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return
-	}
-	s.stopped = true
-	if s.p != nil {
-		s.p.stop(syscall.SIGQUIT)
-		s.p = nil
-	}
-	_ = os.RemoveAll(s.dir)
-}
+func (s *PostgresServer) Stop() { s.shutdown() }
 
 // Kill crashes the server: SIGKILL to the postmaster and every backend, then
 // the postmaster is reaped and Kill waits until the backends are gone too.
@@ -350,31 +293,13 @@ func (s *PostgresServer) Stop() {
 // kept: Restart runs crash recovery, and every committed transaction is
 // back (unless SynchronousCommit is "off": then the last few may be lost).
 // Idempotent; a no-op after Stop.
-func (s *PostgresServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p != nil {
-		s.p.kill()
-		s.p = nil
-	}
-}
+func (s *PostgresServer) Kill() { s.crash() }
 
 // Restart shuts a running server down cleanly (fast shutdown: SIGINT) or
 // takes a killed one as it is, then starts it again on the same port with
 // the same data directory and waits until it accepts connections. It
 // returns an error after Stop or when the server does not come back.
-func (s *PostgresServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return errors.New("testserver: restart of a stopped postgres server")
-	}
-	if s.p != nil {
-		s.p.stop(syscall.SIGINT)
-		s.p = nil
-	}
-	return s.start()
-}
+func (s *PostgresServer) Restart() error { return s.restart() }
 
 // Pause freezes the postmaster and every backend (SIGSTOP): open connections stay open and new ones complete the TCP
 // handshake, but nothing is answered, as with a stalled machine. It returns
@@ -384,18 +309,6 @@ func (s *PostgresServer) Pause() error { return s.signal(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT). Resuming a server that is not
 // paused does nothing; it returns an error when the server is down.
 func (s *PostgresServer) Resume() error { return s.signal(syscall.SIGCONT) }
-
-func (s *PostgresServer) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p == nil {
-		return fmt.Errorf("testserver: postgres server is down, cannot send %v", sig)
-	}
-	if sig == syscall.SIGSTOP {
-		return s.p.pause()
-	}
-	return s.p.resume()
-}
 
 func onOff(b bool) string {
 	if b {

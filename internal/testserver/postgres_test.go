@@ -17,22 +17,7 @@ import (
 // machine has none (unless LEASE_REQUIRE_BACKENDS=1).
 func newPostgres(t *testing.T, opts PostgresOptions) *PostgresServer {
 	t.Helper()
-	s, err := StartPostgres(opts)
-	if skip := SkipReason("postgres", EnvPostgresURL, err); skip != "" {
-		t.Skip(skip)
-	}
-	t.Cleanup(s.Stop)
-	return s
-}
-
-func (s *PostgresServer) pidOf(t *testing.T) int {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p == nil {
-		t.Fatal("server is down")
-	}
-	return s.p.pid()
+	return startFor(t, "postgres", EnvPostgresURL, func() (*PostgresServer, error) { return StartPostgres(opts) })
 }
 
 // connect opens a connection bounded by timeout; the test closes it.
@@ -73,16 +58,6 @@ func processUID(t *testing.T, pid int) string {
 	}
 	t.Fatal("no Uid line in /proc/pid/status")
 	return ""
-}
-
-func TestPostgresFromEnvironment(t *testing.T) {
-	const url = "postgres://u@192.0.2.1:5432/db"
-	t.Setenv(EnvPostgresURL, url)
-	got, stop, err := Postgres()
-	if err != nil || got != url {
-		t.Fatalf("Postgres() = %q, %v; want the environment's URL", got, err)
-	}
-	stop()
 }
 
 func TestPostgresPrivate(t *testing.T) {
@@ -202,27 +177,8 @@ func TestPostgresPauseResume(t *testing.T) {
 	}
 }
 
-func TestPostgresStopReapsAndRemovesDir(t *testing.T) {
-	t.Parallel()
-	s := newPostgres(t, PostgresOptions{})
-	pid := s.pidOf(t)
-	if err := s.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	s.Stop()
-	if !gone(pid) {
-		t.Errorf("postmaster %d still exists after Stop", pid)
-	}
-	if _, err := os.Stat(s.Dir()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("dir after Stop: %v; want it removed", err)
-	}
-	if err := s.Restart(); err == nil {
-		t.Error("Restart after Stop succeeded")
-	}
-}
-
 func TestPostgresAddrAndURLVia(t *testing.T) {
-	s := &PostgresServer{port: 5433}
+	s := &PostgresServer{&server{port: 5433}}
 	if got, want := s.Addr(), "127.0.0.1:5433"; got != want {
 		t.Errorf("Addr = %q; want %q", got, want)
 	}

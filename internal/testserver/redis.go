@@ -1,14 +1,11 @@
 package testserver
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -28,14 +25,7 @@ const redisStartTimeout = 10 * time.Second
 // may be called when err is non-nil. err wraps ErrNoServer when neither the
 // environment nor PATH offers a server.
 func Redis() (addr string, stop func(), err error) {
-	if addr := os.Getenv(EnvValkeyAddr); addr != "" {
-		return addr, func() {}, nil
-	}
-	s, err := StartRedis(RedisOptions{})
-	if err != nil {
-		return "", func() {}, err
-	}
-	return s.Addr(), s.Stop, nil
+	return fromEnvOrStart(EnvValkeyAddr, func() (*RedisServer, error) { return StartRedis(RedisOptions{}) }, (*RedisServer).Addr)
 }
 
 // RedisOptions configures a server started by StartRedis. The zero value is
@@ -64,14 +54,7 @@ type RedisOptions struct {
 // down or frozen until Restart or Resume; Stop ends it for good and removes
 // its directory. The process never outlives the test binary (see Stop).
 type RedisServer struct {
-	bin  string   // valkey-server or redis-server
-	dir  string   // working directory: AOF, RDB and the log live here
-	port int      // fixed for the server's life, so Restart keeps the address
-	args []string // command line, fixed at start
-
-	mu      sync.Mutex // guards p and stopped, and serialises the control methods
-	p       *proc      // the running process; nil while down (after Kill)
-	stopped bool       // Stop was called: the directory is gone
+	*server // valkey-server or redis-server; AOF, RDB and the log in its dir
 }
 
 // StartRedis starts a private server, preferring valkey-server to
@@ -106,16 +89,7 @@ func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*
 	if err != nil {
 		return nil, fmt.Errorf("testserver: redis dir: %w", err)
 	}
-
-	// A free port can be taken between FreePort and the server's bind:
-	// try a few.
-	var lastErr error
-	for range 3 {
-		port, err := FreePort()
-		if err != nil {
-			lastErr = fmt.Errorf("testserver: free port: %w", err)
-			continue
-		}
+	s, err := startOnFreePort(func(port int) (*server, error) {
 		args := []string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -132,55 +106,38 @@ func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*
 		if portArgs != nil {
 			more, err := portArgs(port)
 			if err != nil {
-				lastErr = err
-				continue
+				return nil, err
 			}
 			args = append(args, more...)
 		}
 		args = append(args, opts.Args...)
-		s := &RedisServer{bin: bin, dir: dir, port: port, args: args}
-		if lastErr = s.start(); lastErr == nil {
-			return s, nil
-		}
-	}
-	_ = os.RemoveAll(dir)
-	return nil, lastErr
-}
-
-// start launches the process and waits until it answers PING. On failure the
-// process is reaped and s.p stays nil. The caller holds s.mu (or owns s).
-func (s *RedisServer) start() error {
-	p, err := startProc(s.bin, s.args, s.dir, filepath.Join(s.dir, "server.log"), nil, nil)
+		return &server{
+			name: "redis", bin: bin, dir: dir, port: port, args: args,
+			ready:        func(pid int) error { return redisIsOurs(Addr(port), pid) },
+			readyTimeout: redisStartTimeout,
+			readyWhat:    "come up",
+			stopSig:      syscall.SIGTERM, // also flushes the append-only file
+			restartSig:   syscall.SIGTERM,
+		}, nil
+	})
 	if err != nil {
-		return err
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	deadline := time.Now().Add(redisStartTimeout)
-	for {
-		if p.exited() {
-			return p.exitError(filepath.Base(s.bin))
-		}
-		err := s.isOurs(p.pid())
-		if err == nil {
-			s.p = p
-			return nil
-		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return fmt.Errorf("testserver: %s did not come up within %v (last: %v): %s",
-				filepath.Base(s.bin), redisStartTimeout, err, p.logTail())
-		}
-		time.Sleep(pollEvery)
-	}
+	return &RedisServer{s}, nil
 }
 
-// isOurs checks that the server on s's port answers PING and is process
+// isOurs checks that the server on s's port answers PING and is process pid.
+func (s *RedisServer) isOurs(pid int) error { return redisIsOurs(s.Addr(), pid) }
+
+// redisIsOurs checks that the server at addr answers PING and is process
 // pid: the port was free a moment ago, but another test binary may have
 // taken it since, and its server must not pass for ours.
-func (s *RedisServer) isOurs(pid int) error {
-	if reply, err := redisDo(s.Addr(), time.Second, "PING"); err != nil || reply != "PONG" {
+func redisIsOurs(addr string, pid int) error {
+	if reply, err := redisDo(addr, time.Second, "PING"); err != nil || reply != "PONG" {
 		return fmt.Errorf("testserver: PING = %q, %w", reply, err)
 	}
-	info, err := redisDo(s.Addr(), time.Second, "INFO", "server")
+	info, err := redisDo(addr, time.Second, "INFO", "server")
 	if err != nil {
 		return err
 	}
@@ -190,7 +147,7 @@ func (s *RedisServer) isOurs(pid int) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("testserver: the server on %s is not process %d", s.Addr(), pid)
+	return fmt.Errorf("testserver: the server on %s is not process %d", addr, pid)
 }
 
 // Addr returns the server's "127.0.0.1:port"; it stays the same across
@@ -213,50 +170,20 @@ func (s *RedisServer) Do(args ...string) (string, error) {
 // exited within 10s, then the process is reaped. Idempotent; safe after Kill.
 // A test binary that dies without calling Stop takes the server with it
 // (parent-death signal), but leaves the directory behind.
-func (s *RedisServer) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return
-	}
-	s.stopped = true
-	if s.p != nil {
-		s.p.stop(syscall.SIGTERM)
-		s.p = nil
-	}
-	_ = os.RemoveAll(s.dir)
-}
+func (s *RedisServer) Stop() { s.shutdown() }
 
 // Kill crashes the server: SIGKILL to it and its children, then reaps it. The
 // directory is kept, so Restart recovers what the append-only file holds
 // (with AppendFsync "always", every acknowledged write; with "everysec", all
 // but up to the last second). Idempotent; a no-op after Stop.
-func (s *RedisServer) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p != nil {
-		s.p.kill()
-		s.p = nil
-	}
-}
+func (s *RedisServer) Kill() { s.crash() }
 
 // Restart shuts a running server down cleanly (SIGTERM, which flushes the
 // append-only file) or takes a killed one as it is, then starts it again on
 // the same port with the same directory and arguments, and waits until it
 // answers PING. It returns an error after Stop or when the server does not
 // come back.
-func (s *RedisServer) Restart() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return errors.New("testserver: restart of a stopped redis server")
-	}
-	if s.p != nil {
-		s.p.stop(syscall.SIGTERM)
-		s.p = nil
-	}
-	return s.start()
-}
+func (s *RedisServer) Restart() error { return s.restart() }
 
 // Pause freezes the server and any child it forked (SIGSTOP): connections stay
 // open, the port accepts (the kernel completes handshakes) but nothing is
@@ -267,18 +194,6 @@ func (s *RedisServer) Pause() error { return s.signal(syscall.SIGSTOP) }
 // Resume continues a paused server (SIGCONT). Resuming a server that is not
 // paused does nothing; it returns an error when the server is down.
 func (s *RedisServer) Resume() error { return s.signal(syscall.SIGCONT) }
-
-func (s *RedisServer) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p == nil {
-		return fmt.Errorf("testserver: redis server is down, cannot send %v", sig)
-	}
-	if sig == syscall.SIGSTOP {
-		return s.p.pause()
-	}
-	return s.p.resume()
-}
 
 func yesNo(b bool) string {
 	if b {

@@ -3,7 +3,6 @@ package testserver
 import (
 	"errors"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -12,38 +11,7 @@ import (
 // machine has none (unless LEASE_REQUIRE_BACKENDS=1).
 func newRedis(t *testing.T, opts RedisOptions) *RedisServer {
 	t.Helper()
-	s, err := StartRedis(opts)
-	if skip := SkipReason("redis", EnvValkeyAddr, err); skip != "" {
-		t.Skip(skip)
-	}
-	t.Cleanup(s.Stop)
-	return s
-}
-
-// pidOf returns the running server's pid.
-func (s *RedisServer) pidOf(t *testing.T) int {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.p == nil {
-		t.Fatal("server is down")
-	}
-	return s.p.pid()
-}
-
-// gone reports whether no process has pid (it was reaped, not left a zombie).
-func gone(pid int) bool {
-	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
-	return err != nil
-}
-
-func TestRedisFromEnvironment(t *testing.T) {
-	t.Setenv(EnvValkeyAddr, "192.0.2.1:6379")
-	addr, stop, err := Redis()
-	if err != nil || addr != "192.0.2.1:6379" {
-		t.Fatalf("Redis() = %q, %v; want the environment's address", addr, err)
-	}
-	stop()
+	return startFor(t, "redis", EnvValkeyAddr, func() (*RedisServer, error) { return StartRedis(opts) })
 }
 
 func TestRedisPrivate(t *testing.T) {
@@ -66,28 +34,6 @@ func TestRedisPrivate(t *testing.T) {
 	stop() // idempotent
 	if _, err := redisDo(addr, time.Second, "PING"); err == nil {
 		t.Fatal("PING after stop succeeded")
-	}
-}
-
-func TestRedisStopReapsAndRemovesDir(t *testing.T) {
-	t.Parallel()
-	s := newRedis(t, RedisOptions{})
-	pid := s.pidOf(t)
-	if err := s.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	s.Stop() // must also end a paused server
-	if !gone(pid) {
-		t.Errorf("process %d still exists after Stop", pid)
-	}
-	if _, err := os.Stat(s.Dir()); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("dir after Stop: %v; want it removed", err)
-	}
-	if err := s.Restart(); err == nil {
-		t.Error("Restart after Stop succeeded")
-	}
-	if err := s.Pause(); err == nil {
-		t.Error("Pause after Stop succeeded")
 	}
 }
 

@@ -3,6 +3,7 @@ package testserver
 import (
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -42,6 +43,20 @@ func FindBinary(names []string, extra ...string) (string, error) {
 		}
 	}
 	return "", ErrNoServer
+}
+
+// fromEnvOrStart is Redis and Postgres: the value of envVar, with a stop that
+// does nothing, when it is set; otherwise the address (per addr) of a private
+// server from start, with its Stop. stop is never nil.
+func fromEnvOrStart[S interface{ Stop() }](envVar string, start func() (S, error), addr func(S) string) (string, func(), error) {
+	if v := os.Getenv(envVar); v != "" {
+		return v, func() {}, nil
+	}
+	s, err := start()
+	if err != nil {
+		return "", func() {}, err
+	}
+	return addr(s), s.Stop, nil
 }
 
 // Addr formats a loopback address.
