@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/leasekit/lease/internal/mutant"
+	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -41,10 +42,13 @@ type Options struct {
 type Store struct {
 	clk leaseapi.Clock
 
-	// mu guards keys and watches; no channel operation blocks under it.
-	mu      sync.Mutex
-	keys    map[leaseapi.Key]*entry
-	watches map[leaseapi.Key]map[*watch]struct{}
+	// mu guards keys; no channel operation blocks under it.
+	mu   sync.Mutex
+	keys map[leaseapi.Key]*entry
+
+	// watches holds the WatchRelease registrations. It has no listener
+	// (releases are notified by Release itself), so it starts nothing.
+	watches watchhub.Hub[leaseapi.Key, struct{}]
 }
 
 // entry is one key's state; it is never deleted, to keep the token.
@@ -54,10 +58,6 @@ type entry struct {
 	acquiredAt time.Time
 	expiresAt  time.Time
 }
-
-// watch is one WatchRelease registration. ch has buffer 1: the store sends
-// without blocking and coalesces; nobody closes it.
-type watch struct{ ch chan struct{} }
 
 type realClock struct{}
 
@@ -70,9 +70,8 @@ func New(o Options) (*Store, error) {
 		clk = realClock{}
 	}
 	return &Store{
-		clk:     clk,
-		keys:    make(map[leaseapi.Key]*entry),
-		watches: make(map[leaseapi.Key]map[*watch]struct{}),
+		clk:  clk,
+		keys: make(map[leaseapi.Key]*entry),
 	}, nil
 }
 
@@ -174,12 +173,7 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	}
 	e.owner = ""
 	e.expiresAt = e.acquiredAt
-	for w := range s.watches[rec.Key] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
+	s.watches.Notify(rec.Key) // under mu, as before: never blocks
 	return nil
 }
 
@@ -201,26 +195,10 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 	return e.record(key), true, nil
 }
 
-// WatchRelease implements [leaseapi.ReleaseWatcher]. It starts nothing; stop
-// removes the registration and is safe to call more than once.
+// WatchRelease implements [leaseapi.ReleaseWatcher]. The channel receives
+// a value (buffer 1, coalescing; never closed) after key is released
+// through this Store. It starts nothing; stop removes the registration and
+// is safe to call more than once.
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
-	w := &watch{ch: make(chan struct{}, 1)}
-	s.mu.Lock()
-	set := s.watches[key]
-	if set == nil {
-		set = make(map[*watch]struct{})
-		s.watches[key] = set
-	}
-	set[w] = struct{}{}
-	s.mu.Unlock()
-	return w.ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if set := s.watches[key]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.watches, key)
-			}
-		}
-	}
+	return s.watches.Watch(key, struct{}{})
 }

@@ -21,13 +21,6 @@ const (
 	closeWait   = 2 * time.Second
 )
 
-// watch is one WatchRelease registration. ch has buffer 1: the listener
-// sends without blocking (coalescing); nobody closes it.
-type watch struct {
-	ch  chan struct{}
-	key string // kept in memory only, for the sweep after (re)connecting
-}
-
 // WatchRelease implements [leaseapi.ReleaseWatcher]. The returned channel
 // receives (buffer 1, coalescing) after a release of key is committed; stop
 // removes the registration and may be called more than once.
@@ -44,35 +37,7 @@ type watch struct {
 // LISTEN): such a wake can be spurious, and a waiter simply retries. Expiry
 // is otherwise never notified. After Close the channel never receives.
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
-	w := &watch{ch: make(chan struct{}, 1), key: key.String()}
-	h := keyHash(key)
-	s.mu.Lock()
-	if !s.closed {
-		set := s.watches[h]
-		if set == nil {
-			set = make(map[*watch]struct{})
-			s.watches[h] = set
-		}
-		set[w] = struct{}{}
-		if !s.listening {
-			s.listening = true
-			ctx, cancel := context.WithCancel(context.Background())
-			s.cancel = cancel
-			s.wg.Add(1)
-			go s.listen(ctx)
-		}
-	}
-	s.mu.Unlock()
-	return w.ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if set := s.watches[h]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.watches, h)
-			}
-		}
-	}
+	return s.watches.Watch(keyHash(key), key.String())
 }
 
 // Close stops the LISTEN goroutine, if one was started, closes its
@@ -82,43 +47,17 @@ func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
 // registers nothing and starts nothing, while the other operations keep
 // working on the pool.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	cancel := s.cancel
-	s.watches = make(map[string]map[*watch]struct{})
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	s.wg.Wait()
+	s.watches.Close()
 	return nil
-}
-
-// notify wakes the watchers of payload (a key hash).
-func (s *Store) notify(payload string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watches[payload] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // sweep wakes the watchers of every watched key that is currently released
 // or expired: the releases a (re)connecting listener may have missed. One
 // read on the listener's own connection.
 func (s *Store) sweep(ctx context.Context, conn *pgx.Conn) error {
-	s.mu.Lock()
-	var keys []string
-	for _, set := range s.watches {
-		for w := range set {
-			keys = append(keys, w.key)
-			break // every watcher of one hash watches the same key (or collides harmlessly)
-		}
-	}
-	s.mu.Unlock()
+	// One key text per watched hash: every watcher of one hash watches the
+	// same key (or collides harmlessly).
+	keys := s.watches.Values()
 	if len(keys) == 0 {
 		return nil
 	}
@@ -128,16 +67,16 @@ func (s *Store) sweep(ctx context.Context, conn *pgx.Conn) error {
 	}
 	var k string
 	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
-		s.notify(keyHashString(k))
+		s.watches.Notify(keyHashString(k))
 		return nil
 	})
 	return err
 }
 
-// listen is the listener goroutine. It exits when ctx is canceled (by
-// Close), after closing its connection.
+// listen is the listener goroutine: the listener of s.watches, run on the
+// goroutine the first WatchRelease starts. It returns when ctx is canceled
+// (by Close), after closing its connection.
 func (s *Store) listen(ctx context.Context) {
-	defer s.wg.Done()
 	backoff := backoffMin
 	for {
 		conn, err := s.listenConn(ctx)
@@ -190,7 +129,7 @@ func (s *Store) receive(ctx context.Context, conn *pgx.Conn) error {
 		switch {
 		case err == nil:
 			if n.Channel == s.channel {
-				s.notify(n.Payload)
+				s.watches.Notify(n.Payload)
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -74,3 +74,36 @@ func TestReleaseNotifyLatency(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestSweepWakesReleasedWatchedKey: a release committed before the listener
+// LISTENs is not lost; the sweep after connecting wakes the key's watcher,
+// and not the watcher of a key that was never released.
+func TestSweepWakesReleasedWatchedKey(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	s, _ := newStore(t, url, newPool(t, url))
+	ctx := t.Context()
+	k := leaseapi.MustKey("sweep", "released")
+	other := leaseapi.MustKey("sweep", "never-acquired")
+	rec, err := s.TryAcquire(ctx, k, "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, rec); err != nil { // no watcher, no listener yet
+		t.Fatal(err)
+	}
+	ch, stop := s.WatchRelease(k) // registered before the listener it starts
+	defer stop()
+	chOther, stopOther := s.WatchRelease(other)
+	defer stopOther()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watcher of a released key: no wake-up from the sweep within 10s")
+	}
+	select {
+	case <-chOther:
+		t.Fatal("the watcher of a key never acquired was woken, want no wake-up")
+	default:
+	}
+}

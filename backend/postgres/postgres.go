@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -99,15 +99,11 @@ type Store struct {
 	channel string
 	q       statements
 
-	// mu guards watches, listening, closed, cancel. No channel operation
-	// blocks under it (watch sends are non-blocking).
-	mu        sync.Mutex
-	watches   map[string]map[*watch]struct{} // payload hash -> watchers
-	listening bool                           // the listener goroutine was started
-	closed    bool
-	cancel    context.CancelFunc // stops the listener; set when listening
-	// wg counts the listener goroutine; Close waits for it.
-	wg sync.WaitGroup
+	// watches holds the WatchRelease registrations by payload hash, each
+	// carrying its key's text (kept in memory only, for the sweep after
+	// (re)connecting). Its listener is the LISTEN goroutine (listen),
+	// started by the first WatchRelease and stopped by Close.
+	watches *watchhub.Hub[string, string]
 }
 
 // The capabilities the runtime discovers by type assertion.
@@ -214,13 +210,14 @@ func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 	if err != nil {
 		return nil, leaseapi.Wrap(err, "new store")
 	}
-	return &Store{
+	s := &Store{
 		pool:    pool,
 		n:       n,
 		channel: n.channel(),
 		q:       buildStatements(n),
-		watches: make(map[string]map[*watch]struct{}),
-	}, nil
+	}
+	s.watches = watchhub.New[string, string](s.listen)
+	return s, nil
 }
 
 // keyHash is the NOTIFY payload for key: a hash, so the key itself never

@@ -4,12 +4,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -86,16 +86,10 @@ type Store struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
-	// mu guards watches, started, closed and cancel. No channel operation
-	// blocks under it (watch channels are sent to without blocking).
-	mu      sync.Mutex
-	watches map[string]map[*watch]struct{}
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	// done is closed by the subscriber goroutine when it exits; nil until
-	// the subscriber starts.
-	done chan struct{}
+	// watches holds the WatchRelease registrations by key ident; its
+	// listener is the subscriber goroutine (subscribe), started by the
+	// first WatchRelease and stopped by Close.
+	watches *watchhub.Hub[string, struct{}]
 }
 
 // New returns a Store on client. It validates o and does no I/O: an
@@ -124,14 +118,15 @@ func New(client vk.Client, o Options) (*Store, error) {
 	if wt < time.Millisecond || wt > leaseapi.MaxOperationTimeout {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "wait timeout out of range")
 	}
-	return &Store{
+	s := &Store{
 		client:       client,
 		prefix:       prefix,
 		channel:      prefix + ":released",
 		waitReplicas: o.WaitReplicas,
 		waitTimeout:  wt,
-		watches:      make(map[string]map[*watch]struct{}),
-	}, nil
+	}
+	s.watches = watchhub.New[string, struct{}](s.subscribe)
+	return s, nil
 }
 
 func validPrefix(p string) bool {
@@ -425,7 +420,7 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	case len(vals) == 1 && vals[0] == statusOK:
 		// Deliver to this Store's own watchers at once; other Stores and
 		// processes learn it from the published message.
-		s.wake(id)
+		s.watches.Notify(id)
 		return nil
 	case len(vals) == 1 && vals[0] == statusGone:
 		return nil

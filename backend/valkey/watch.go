@@ -10,11 +10,6 @@ import (
 	"github.com/leasekit/lease/leaseapi"
 )
 
-// watch is one WatchRelease registration. ch has buffer 1: the store sends
-// without blocking and coalesces; nobody closes it (a waiter may still be
-// selecting on it after stop).
-type watch struct{ ch chan struct{} }
-
 // Subscriber back-off after the subscription fails, doubling up to the max.
 const (
 	resubscribeMin = 20 * time.Millisecond
@@ -35,40 +30,10 @@ const (
 // TryAcquire. Expiry is never notified. After Close, the channel never
 // receives (waiters fall back to their retry timers).
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
-	w := &watch{ch: make(chan struct{}, 1)}
 	if key.IsZero() {
-		return w.ch, func() {}
+		return make(chan struct{}, 1), func() {}
 	}
-	id := ident(key)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return w.ch, func() {}
-	}
-	set := s.watches[id]
-	if set == nil {
-		set = make(map[*watch]struct{})
-		s.watches[id] = set
-	}
-	set[w] = struct{}{}
-	if !s.started {
-		s.started = true
-		ctx, cancel := context.WithCancel(context.Background())
-		s.cancel = cancel
-		s.done = make(chan struct{})
-		go s.subscribe(ctx, s.done)
-	}
-	s.mu.Unlock()
-	return w.ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if set := s.watches[id]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(s.watches, id)
-			}
-		}
-	}
+	return s.watches.Watch(ident(key), struct{}{})
 }
 
 // Close stops the release subscription, if one was started, and waits for
@@ -77,24 +42,16 @@ func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
 // after Close, only release notifications stop. Close is idempotent and safe
 // for concurrent use.
 func (s *Store) Close() {
-	s.mu.Lock()
-	s.closed = true
-	cancel, done := s.cancel, s.done
-	s.watches = make(map[string]map[*watch]struct{})
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
+	s.watches.Close()
 }
 
 // subscribe is the subscriber goroutine: it holds one SUBSCRIBE to the
 // release channel and fans messages out to the watches of their key. When
 // the subscription ends (connection lost, server restart) it wakes every
 // watch, since a release may have been missed, and subscribes again after a
-// back-off. It exits, closing done, when ctx is canceled by Close.
-func (s *Store) subscribe(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// back-off. It is the listener of s.watches, run on the goroutine the
+// first WatchRelease starts; it returns when ctx is canceled by Close.
+func (s *Store) subscribe(ctx context.Context) {
 	// The hook runs on valkey-go's pipeline goroutine for every subscribe
 	// confirmation, including the ones after a reconnection: waking is a
 	// non-blocking send, as the hook must not block. The first confirmation
@@ -105,20 +62,20 @@ func (s *Store) subscribe(ctx context.Context, done chan<- struct{}) {
 	var confirmed atomic.Int64
 	hctx := vk.WithOnSubscriptionHook(ctx, func(sub vk.PubSubSubscription) {
 		if sub.Kind == "subscribe" && confirmed.Add(1) > 1 {
-			s.wakeAll()
+			s.watches.NotifyAll()
 		}
 	})
 	backoff := resubscribeMin
 	for {
 		start := time.Now()
 		_ = s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
-			s.wake(m.Message)
+			s.watches.Notify(m.Message)
 		})
 		if ctx.Err() != nil {
 			return
 		}
 		confirmed.Store(1) // the next confirmation follows a gap
-		s.wakeAll()
+		s.watches.NotifyAll()
 		if time.Since(start) > resubscribeMax {
 			backoff = resubscribeMin
 		}
@@ -130,31 +87,5 @@ func (s *Store) subscribe(ctx context.Context, done chan<- struct{}) {
 		case <-t.C:
 		}
 		backoff = min(2*backoff, resubscribeMax)
-	}
-}
-
-// wake notifies the watches of the key whose ident is id.
-func (s *Store) wake(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for w := range s.watches[id] {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// wakeAll notifies every watch.
-func (s *Store) wakeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, set := range s.watches {
-		for w := range set {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
 	}
 }
