@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/queue"
 	"github.com/leasekit/lease/simtest"
@@ -32,7 +33,7 @@ type handling struct {
 // admissions and fenced writes (one resource per item) is clean.
 func TestWorkerFleet(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		src := newSource(t, 15*time.Second)
 		hist := simtest.NewHistory()
 		p := itemPolicy(t)

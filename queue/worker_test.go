@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/queue"
 	"github.com/leasekit/lease/simtest"
@@ -17,15 +18,15 @@ func okHandler(context.Context, queue.Item, leaseapi.Token) error { return nil }
 
 func TestBadInput(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		c, _ := newClient(t, newStore(t))
+		c, _ := newClient(t, backendtest.MemoryStore(t))
 		src := newSource(t, 0)
 		p := itemPolicy(t)
 		good := queue.Options{Policy: p, Handler: okHandler}
 		with := func(f func(*queue.Options)) queue.Options { o := good; f(&o); return o }
 		_, err := queue.New(nil, src, good)
-		wantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
 		_, err = queue.New(c, nil, good)
-		wantKind(t, "New(nil source)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "New(nil source)", err, leaseapi.ErrInvalidState)
 		for _, tc := range []struct {
 			name string
 			o    queue.Options
@@ -39,43 +40,43 @@ func TestBadInput(t *testing.T) {
 			{"negative backoff", with(func(o *queue.Options) { o.Backoff = -1 })},
 		} {
 			_, err := queue.New(c, src, tc.o)
-			wantKind(t, "New with "+tc.name, err, leaseapi.ErrInvalidState)
+			backendtest.WantKind(t, "New with "+tc.name, err, leaseapi.ErrInvalidState)
 		}
 		_, err = queue.NewMemorySource(queue.MemoryOptions{Visibility: -1})
-		wantKind(t, "NewMemorySource(negative visibility)", err, leaseapi.ErrInvalidState)
-		wantKind(t, "Put(empty id)", src.Put("", nil), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "NewMemorySource(negative visibility)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Put(empty id)", src.Put("", nil), leaseapi.ErrInvalidState)
 		if err := src.Put("a", nil); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Put(duplicate)", src.Put("a", nil), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Put(duplicate)", src.Put("a", nil), leaseapi.ErrInvalidState)
 		_, err = src.Receive(nil) //nolint:staticcheck
-		wantKind(t, "Receive(nil)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Receive(nil)", err, leaseapi.ErrInvalidState)
 
 		w, err := queue.New(c, src, good)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Start(nil)", w.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		wantKind(t, "Stop(nil)", w.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
+		backendtest.WantKind(t, "Start(nil)", w.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+		backendtest.WantKind(t, "Stop(nil)", w.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		wantKind(t, "Start(canceled)", w.Start(ctx), leaseapi.ErrCanceled)
+		backendtest.WantKind(t, "Start(canceled)", w.Start(ctx), leaseapi.ErrCanceled)
 		if err := w.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "second Start", w.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "second Start", w.Start(t.Context()), leaseapi.ErrInvalidState)
 		if err := w.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Stop(t.Context()); err != nil {
 			t.Fatalf("second Stop: %v", err)
 		}
-		wantKind(t, "Start after Stop", w.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after Stop", w.Start(t.Context()), leaseapi.ErrInvalidState)
 		w2, _ := queue.New(c, src, good)
 		if err := w2.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Start after an early Stop", w2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after an early Stop", w2.Start(t.Context()), leaseapi.ErrInvalidState)
 	})
 }
 
@@ -113,7 +114,7 @@ func TestMemorySource(t *testing.T) {
 		if a2.ID != "a" || a2.Receipt == a1.Receipt || src.Deliveries("a") != 2 {
 			t.Fatalf("redelivery %+v (deliveries %d), want a with a new receipt", a2, src.Deliveries("a"))
 		}
-		wantKind(t, "Nack of a stale delivery", src.Nack(t.Context(), a1), leaseapi.ErrStaleOwner)
+		backendtest.WantKind(t, "Nack of a stale delivery", src.Nack(t.Context(), a1), leaseapi.ErrStaleOwner)
 		if err := src.Nack(t.Context(), b1); err != nil {
 			t.Fatal(err)
 		}
@@ -124,14 +125,14 @@ func TestMemorySource(t *testing.T) {
 		if err := src.Ack(t.Context(), a1); err != nil {
 			t.Fatalf("ack of an older delivery: %v", err)
 		}
-		wantKind(t, "second Ack", src.Ack(t.Context(), a2), leaseapi.ErrStaleOwner)
+		backendtest.WantKind(t, "second Ack", src.Ack(t.Context(), a2), leaseapi.ErrStaleOwner)
 		if src.Len() != 1 || src.Acked() != 1 {
 			t.Fatalf("len %d acked %d", src.Len(), src.Acked())
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		_, err := src.Receive(ctx)
-		wantKind(t, "Receive with nothing visible", err, leaseapi.ErrTimeout)
+		backendtest.WantKind(t, "Receive with nothing visible", err, leaseapi.ErrTimeout)
 	})
 }
 
@@ -139,7 +140,7 @@ func TestMemorySource(t *testing.T) {
 // run at most three at a time and take four rounds.
 func TestBoundedConcurrency(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		c, _ := newClient(t, newStore(t))
+		c, _ := newClient(t, backendtest.MemoryStore(t))
 		src := newSource(t, time.Hour)
 		for i := range 10 {
 			_ = src.Put(string(rune('a'+i)), nil)
@@ -179,7 +180,7 @@ func TestBoundedConcurrency(t *testing.T) {
 // later by a healthy handling.
 func TestNoAckWithoutTheLease(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		c, f := newClient(t, newStore(t))
+		c, f := newClient(t, backendtest.MemoryStore(t))
 		src := newSource(t, 30*time.Second)
 		p := itemPolicy(t)
 		ev := &events{}
@@ -211,8 +212,8 @@ func TestNoAckWithoutTheLease(t *testing.T) {
 		if len(evs) != 3 || evs[0].Outcome != queue.Lost || evs[1].Outcome != queue.Lost || evs[2].Outcome != queue.Acked {
 			t.Fatalf("events %+v, want lost, lost, acked", evs)
 		}
-		wantKind(t, "first handling", evs[0].Err, leaseapi.ErrLost)
-		wantKind(t, "second handling", evs[1].Err, leaseapi.ErrStaleOwner)
+		backendtest.WantKind(t, "first handling", evs[0].Err, leaseapi.ErrLost)
+		backendtest.WantKind(t, "second handling", evs[1].Err, leaseapi.ErrStaleOwner)
 		if evs[2].Token <= evs[1].Token || evs[1].Token <= evs[0].Token {
 			t.Fatalf("tokens %d, %d, %d: want increasing", evs[0].Token, evs[1].Token, evs[2].Token)
 		}
@@ -223,7 +224,7 @@ func TestNoAckWithoutTheLease(t *testing.T) {
 // item (redelivered at once, lease released first).
 func TestFailureAndPanicNack(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		c, _ := newClient(t, newStore(t))
+		c, _ := newClient(t, backendtest.MemoryStore(t))
 		src := newSource(t, time.Hour)
 		ev := &events{}
 		sentinel := errors.New("nope")
@@ -265,7 +266,7 @@ func TestFailureAndPanicNack(t *testing.T) {
 // processed and is reported.
 func TestInvalidItemID(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		c, _ := newClient(t, newStore(t))
+		c, _ := newClient(t, backendtest.MemoryStore(t))
 		src := newSource(t, time.Hour)
 		ev := &events{}
 		var calls atomic.Int32
@@ -280,7 +281,7 @@ func TestInvalidItemID(t *testing.T) {
 		if calls.Load() != 0 || ev.count(queue.Failed) != 1 {
 			t.Fatalf("calls %d, events %+v", calls.Load(), ev.all())
 		}
-		wantKind(t, "invalid id", ev.all()[0].Err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "invalid id", ev.all()[0].Err, leaseapi.ErrInvalidState)
 	})
 }
 
@@ -302,7 +303,7 @@ func TestStopModes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			simtest.Simulate(t, func(t *testing.T) {
-				c, _ := newClient(t, newStore(t))
+				c, _ := newClient(t, backendtest.MemoryStore(t))
 				src := newSource(t, time.Hour)
 				ev := &events{}
 				w, err := queue.New(c, src, queue.Options{Policy: itemPolicy(t), OnEvent: ev.add, OnStop: tc.mode,
@@ -326,7 +327,7 @@ func TestStopModes(t *testing.T) {
 				began := time.Now()
 				err = w.Stop(ctx)
 				if tc.stopAfter > 0 {
-					wantKind(t, "Stop past its deadline", err, leaseapi.ErrTimeout)
+					backendtest.WantKind(t, "Stop past its deadline", err, leaseapi.ErrTimeout)
 					if err := w.Stop(t.Context()); err != nil {
 						t.Fatal(err)
 					}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/scheduler"
 	"github.com/leasekit/lease/simtest"
@@ -65,7 +66,7 @@ func admitAndWrite(ctx context.Context, hist *simtest.History, res *simtest.Reso
 // run exactly once; the late server must never run a slot.
 func TestOnOneServerFleet(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		hist := simtest.NewHistory()
 		log := newRunLog()
 		p := jobPolicy(t)
@@ -89,7 +90,7 @@ func TestOnOneServerFleet(t *testing.T) {
 					}
 					for range 3 { // a 15s job, longer than the TTL
 						admitAndWrite(ctx, hist, nil)
-						if err := pause(ctx, 5*time.Second); err != nil {
+						if err := backendtest.Pause(ctx, 5*time.Second); err != nil {
 							return err
 						}
 					}
@@ -163,7 +164,7 @@ func TestOnOneServerFleet(t *testing.T) {
 // fenced writes by the job lease's token) is clean.
 func TestNonOverlapFleet(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		hist := simtest.NewHistory()
 		res := simtest.NewResource("ledger", hist)
 		log := newRunLog()
@@ -195,7 +196,7 @@ func TestNonOverlapFleet(t *testing.T) {
 							crashOnce.Do(func() { srv.faulty.SetMode(simtest.Down) })
 						}
 						admitAndWrite(ctx, hist, res)
-						if err := pause(ctx, 10*time.Second); err != nil {
+						if err := backendtest.Pause(ctx, 10*time.Second); err != nil {
 							return err
 						}
 					}

@@ -2,72 +2,19 @@ package scheduler_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/leasekit/lease/backend/postgres"
-	"github.com/leasekit/lease/backend/valkey"
-	"github.com/leasekit/lease/internal/testserver"
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/scheduler"
 	"github.com/leasekit/lease/simtest"
 )
-
-// Real servers are started on first use (most runs of this package need
-// none) and stopped after the leak check (TestMain).
-var (
-	valkeyOnce, postgresOnce         sync.Once
-	valkeyAddr, postgresURL          string
-	valkeySkipReason, postgresReason string
-)
-
-func realValkey(t *testing.T) string {
-	t.Helper()
-	valkeyOnce.Do(func() {
-		addr, stop, err := testserver.Redis()
-		stopsMu.Lock()
-		stops = append(stops, stop)
-		stopsMu.Unlock()
-		valkeyAddr = addr
-		valkeySkipReason = testserver.SkipReason("valkey", testserver.EnvValkeyAddr, err)
-	})
-	if valkeySkipReason != "" {
-		t.Skip(valkeySkipReason)
-	}
-	return valkeyAddr
-}
-
-func realPostgres(t *testing.T) string {
-	t.Helper()
-	postgresOnce.Do(func() {
-		url, stop, err := testserver.Postgres()
-		stopsMu.Lock()
-		stops = append(stops, stop)
-		stopsMu.Unlock()
-		postgresURL = url
-		postgresReason = testserver.SkipReason("postgres", testserver.EnvPostgresURL, err)
-	})
-	if postgresReason != "" {
-		t.Skip(postgresReason)
-	}
-	return postgresURL
-}
-
-func randomName(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
 
 // TestRealBackendFleet runs a shortened fleet scenario in real time (about
 // four seconds) on Valkey and on PostgreSQL: four servers, each with its
@@ -78,65 +25,11 @@ func TestRealBackendFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time scenario on real servers")
 	}
-	t.Run("valkey", func(t *testing.T) {
-		addr := realValkey(t)
-		prefix := randomName("schedtest-")
-		realFleet(t, func(t *testing.T) leaseapi.Backend {
-			c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-			if err != nil {
-				t.Fatalf("valkey client: %v", err)
-			}
-			t.Cleanup(c.Close)
-			s, err := valkey.New(c, valkey.Options{Prefix: prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Close)
-			return s
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url := realPostgres(t)
-		opts := postgres.Options{Schema: randomName("sched_")}
-		ctx := t.Context()
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Errorf("drop schema: %v", err)
-				return
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{opts.Schema}.Sanitize()+" CASCADE"); err != nil {
-				t.Errorf("drop schema: %v", err)
-			}
-		})
-		migrated := false
-		realFleet(t, func(t *testing.T) leaseapi.Backend {
-			pool, err := pgxpool.New(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			if !migrated {
-				if err := postgres.Migrate(ctx, pool, opts); err != nil {
-					t.Fatalf("Migrate: %v", err)
-				}
-				migrated = true
-			}
-			s, err := postgres.New(pool, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		})
-	})
+	backendtest.ForEachReal(t, "schedtest", realFleet)
 }
 
-func realFleet(t *testing.T, backend func(t *testing.T) leaseapi.Backend) {
-	p := policy(t, leaseapi.PolicyOptions{TTL: 2 * time.Second, SafetyMargin: 300 * time.Millisecond, RenewEvery: 400 * time.Millisecond,
+func realFleet(t *testing.T, backend backendtest.NewBackend) {
+	p := backendtest.Policy(t, leaseapi.PolicyOptions{TTL: 2 * time.Second, SafetyMargin: 300 * time.Millisecond, RenewEvery: 400 * time.Millisecond,
 		Retry: 50 * time.Millisecond, Wait: time.Second, OperationTimeout: 500 * time.Millisecond})
 	const every = 200 * time.Millisecond
 	var mu sync.Mutex
@@ -178,13 +71,13 @@ func realFleet(t *testing.T, backend func(t *testing.T) leaseapi.Backend) {
 				mu.Lock()
 				reports[slot] = append(reports[slot], name)
 				mu.Unlock()
-				return pause(ctx, 50*time.Millisecond)
+				return backendtest.Pause(ctx, 50*time.Millisecond)
 			}}))
 		must(sc.Add(scheduler.Job{Name: "compact", Schedule: scheduler.Every(every), Mode: scheduler.NonOverlap, Policy: p,
 			Run: func(ctx context.Context, token leaseapi.Token) error {
 				slot, _ := scheduler.Slot(ctx)
 				began := time.Now()
-				err := pause(ctx, 300*time.Millisecond)
+				err := backendtest.Pause(ctx, 300*time.Millisecond)
 				mu.Lock()
 				spans = append(spans, runSpan{name, slot, token, began, time.Now()})
 				mu.Unlock()
@@ -199,9 +92,9 @@ func realFleet(t *testing.T, backend func(t *testing.T) leaseapi.Backend) {
 		}
 	}
 	// Real time: simulated time cannot wait for a real server's replies.
-	_ = pause(t.Context(), 1500*time.Millisecond)
+	_ = backendtest.Pause(t.Context(), 1500*time.Millisecond)
 	servers[2].faulty.SetMode(simtest.Down)
-	_ = pause(t.Context(), 2500*time.Millisecond)
+	_ = backendtest.Pause(t.Context(), 2500*time.Millisecond)
 	stopAt := time.Now()
 	for _, s := range servers {
 		if err := s.sched.Stop(t.Context()); err != nil {

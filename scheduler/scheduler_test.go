@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/scheduler"
 	"github.com/leasekit/lease/simtest"
@@ -42,10 +43,10 @@ func TestEveryIsAlignedToTheEpoch(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		_, err := scheduler.New(nil, scheduler.Options{})
-		wantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
-		srv := newServer(t, newStore(t), "s", 0)
+		backendtest.WantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		_, err = scheduler.New(srv.client, scheduler.Options{KeyNamespace: "a/b"})
-		wantKind(t, "New(bad namespace)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "New(bad namespace)", err, leaseapi.ErrInvalidState)
 
 		p := jobPolicy(t)
 		run := func(context.Context, leaseapi.Token) error { return nil }
@@ -69,28 +70,28 @@ func TestBadInput(t *testing.T) {
 			{"zero policy", with(func(j *scheduler.Job) { j.Policy = leaseapi.Policy{} })},
 			{"nil run", with(func(j *scheduler.Job) { j.Run = nil })},
 		} {
-			wantKind(t, "Add with "+tc.name, srv.sched.Add(tc.job), leaseapi.ErrInvalidState)
+			backendtest.WantKind(t, "Add with "+tc.name, srv.sched.Add(tc.job), leaseapi.ErrInvalidState)
 		}
 		if err := srv.sched.Add(good); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Add duplicate", srv.sched.Add(good), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Add duplicate", srv.sched.Add(good), leaseapi.ErrInvalidState)
 		//lint:ignore SA1012 testing the nil check
-		wantKind(t, "Start(nil)", srv.sched.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+		backendtest.WantKind(t, "Start(nil)", srv.sched.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		wantKind(t, "Start(canceled)", srv.sched.Start(ctx), leaseapi.ErrCanceled)
+		backendtest.WantKind(t, "Start(canceled)", srv.sched.Start(ctx), leaseapi.ErrCanceled)
 		start(t, srv.sched)
-		wantKind(t, "Start twice", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
-		wantKind(t, "Add after Start", srv.sched.Add(with(func(j *scheduler.Job) { j.Name = "k" })), leaseapi.ErrInvalidState)
-		wantKind(t, "Stop(nil)", srv.sched.Stop(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+		backendtest.WantKind(t, "Start twice", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Add after Start", srv.sched.Add(with(func(j *scheduler.Job) { j.Name = "k" })), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Stop(nil)", srv.sched.Stop(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
 		if err := srv.sched.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if err := srv.sched.Stop(t.Context()); err != nil {
 			t.Fatalf("second Stop: %v", err)
 		}
-		wantKind(t, "Start after Stop", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after Stop", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
 
 		// Stop before Start is allowed and prevents Start.
 		s2, err := scheduler.New(srv.client, scheduler.Options{})
@@ -100,7 +101,7 @@ func TestBadInput(t *testing.T) {
 		if err := s2.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Start after Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
 		// Error texts never contain the job name.
 		err = srv.sched.Add(with(func(j *scheduler.Job) { j.Name = "secret-name"; j.Run = nil }))
 		if strings.Contains(err.Error(), "secret") {
@@ -117,7 +118,7 @@ func (pastSchedule) Next(time.Time) time.Time { return time.Unix(0, 0) }
 // lease is released, and the next slot runs.
 func TestPanicIsRecovered(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		srv := newServer(t, newStore(t), "s", 0)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		var runs atomic.Int32
 		err := srv.sched.Add(scheduler.Job{
 			Name: "p", Schedule: scheduler.Every(time.Minute), Mode: scheduler.NonOverlap, Policy: jobPolicy(t),
@@ -141,7 +142,7 @@ func TestPanicIsRecovered(t *testing.T) {
 		if len(evs) < 2 || evs[0].Outcome != scheduler.Ran || !errors.As(evs[0].Err, &pe) || pe.Value != "boom" {
 			t.Fatalf("first event: %+v, want Ran with a PanicError", evs)
 		}
-		wantKind(t, "panic error", evs[0].Err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "panic error", evs[0].Err, leaseapi.ErrInvalidState)
 		if strings.Contains(evs[0].Err.Error(), "boom") {
 			t.Fatal("panic value in the error text")
 		}
@@ -161,7 +162,7 @@ func TestLossCancelsRun(t *testing.T) {
 	for _, mode := range []scheduler.Mode{scheduler.OnOneServer, scheduler.NonOverlap} {
 		t.Run(mode.String(), func(t *testing.T) {
 			simtest.Simulate(t, func(t *testing.T) {
-				srv := newServer(t, newStore(t), "s", 0)
+				srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 				p := jobPolicy(t)
 				var canceledAfter time.Duration
 				var cause error
@@ -194,7 +195,7 @@ func TestLossCancelsRun(t *testing.T) {
 				if len(evs) != 1 || evs[0].Outcome != scheduler.Ran {
 					t.Fatalf("events %+v", evs)
 				}
-				wantKind(t, "event error", evs[0].Err, leaseapi.ErrLost)
+				backendtest.WantKind(t, "event error", evs[0].Err, leaseapi.ErrLost)
 			})
 		})
 	}
@@ -204,7 +205,7 @@ func TestLossCancelsRun(t *testing.T) {
 // releases its lease, so another server can take the job's lease at once.
 func TestStopCancelsAndReleases(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		srv := newServer(t, store, "s", 0)
 		other := newServer(t, store, "o", 0)
 		p := jobPolicy(t)
@@ -245,7 +246,7 @@ func TestStopCancelsAndReleases(t *testing.T) {
 // ErrTimeout when its ctx ends; a later Stop waits again.
 func TestStopTimesOut(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		srv := newServer(t, newStore(t), "s", 0)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		release := make(chan struct{})
 		err := srv.sched.Add(scheduler.Job{
 			Name: "stubborn", Schedule: scheduler.Every(time.Minute), Mode: scheduler.OnOneServer, Policy: jobPolicy(t),
@@ -258,7 +259,7 @@ func TestStopTimesOut(t *testing.T) {
 		simtest.Advance(time.Minute)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		wantKind(t, "Stop with a stubborn job", srv.sched.Stop(ctx), leaseapi.ErrTimeout)
+		backendtest.WantKind(t, "Stop with a stubborn job", srv.sched.Stop(ctx), leaseapi.ErrTimeout)
 		close(release)
 		if err := srv.sched.Stop(t.Context()); err != nil {
 			t.Fatal(err)
@@ -271,14 +272,14 @@ func TestStopTimesOut(t *testing.T) {
 // next slot after the run, not late.
 func TestLongRunSkipsSlots(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		srv := newServer(t, newStore(t), "s", 0)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		var starts []time.Time
 		err := srv.sched.Add(scheduler.Job{
 			Name: "slow", Schedule: scheduler.Every(time.Minute), Mode: scheduler.NonOverlap, Policy: jobPolicy(t),
 			Run: func(ctx context.Context, _ leaseapi.Token) error {
 				starts = append(starts, time.Now())
 				if len(starts) == 1 {
-					return pause(ctx, 210*time.Second)
+					return backendtest.Pause(ctx, 210*time.Second)
 				}
 				return nil
 			},
@@ -301,7 +302,7 @@ func TestLongRunSkipsSlots(t *testing.T) {
 // answer is retried every Retry within Wait; beyond Wait it is Failed.
 func TestClaimRetriesWithinWait(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		srv := newServer(t, newStore(t), "s", 0)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		var ranAt []time.Duration
 		err := srv.sched.Add(scheduler.Job{
 			Name: "r", Schedule: scheduler.Every(time.Minute), Mode: scheduler.OnOneServer, Policy: jobPolicy(t),
@@ -333,7 +334,7 @@ func TestClaimRetriesWithinWait(t *testing.T) {
 // TestScheduleEnds: a schedule with no further slot ends its goroutine.
 func TestScheduleEnds(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		srv := newServer(t, newStore(t), "s", 0)
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
 		var runs atomic.Int32
 		err := srv.sched.Add(scheduler.Job{
 			Name: "once", Schedule: onceSchedule{at: time.Now().Add(time.Minute)}, Mode: scheduler.OnOneServer, Policy: jobPolicy(t),
@@ -365,7 +366,7 @@ func (s onceSchedule) Next(t time.Time) time.Time {
 // key any more) and still skips it, because only token 1 runs a slot.
 func TestLateServerSkipsReleasedSlot(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		a := newServer(t, store, "a", 0)
 		b := newServer(t, store, "b", -30*time.Second)
 		var ran []string
@@ -403,7 +404,7 @@ func TestLateServerSkipsReleasedSlot(t *testing.T) {
 func TestFarBehindWaitsForTheNextSlot(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		clk := &jumpClock{offsetClock: offsetClock{clock.New(), 0}}
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		srv := newServer(t, store, "s", 0)
 		s, err := scheduler.New(srv.client, scheduler.Options{Clock: clk, OnEvent: srv.record})
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/simtest"
 )
@@ -18,7 +19,7 @@ import (
 // never overlap and the history of admissions and fenced writes is clean.
 func TestFleetHandOff(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := newStore(t)
+		store := backendtest.MemoryStore(t)
 		hist := simtest.NewHistory()
 		res := simtest.NewResource("svc", hist)
 		ts := &terms{}
@@ -140,7 +141,7 @@ func TestFleetChurn(t *testing.T) {
 
 func churn(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5e4))
-	store := newStore(t)
+	store := backendtest.MemoryStore(t)
 	hist := simtest.NewHistory()
 	res := simtest.NewResource("svc", hist)
 	ts := &terms{}

@@ -2,12 +2,12 @@ package service_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasekit/lease/backend/memory"
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/service"
@@ -83,23 +83,14 @@ func (c *candidate) counts() (started, stopped int) {
 // fenced write in hist/res. The client is closed at cleanup.
 func newCandidate(t *testing.T, store *memory.Store, name string, p leaseapi.Policy, ts *terms, hist *simtest.History, res *simtest.Resource) *candidate {
 	t.Helper()
-	c := &candidate{name: name, faulty: simtest.NewFaulty(store)}
+	c := &candidate{name: name}
+	c.client, c.faulty = backendtest.FaultyClient(t, store, runtime.ClientOptions{})
 	// Every call takes 1ms: a hand-off then takes time, so an admission
 	// just before a release never shares its instant with the next grant
 	// (the history checker counts equal instants as an overlap).
 	c.faulty.SetDelay(time.Millisecond)
-	client, err := runtime.NewClient(c.faulty, runtime.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.client = client
-	t.Cleanup(func() {
-		c.faulty.SetMode(simtest.Pass)
-		if err := client.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	c.single, err = service.New(client, service.Options{
+	var err error
+	c.single, err = service.New(c.client, service.Options{
 		Key: leaderKey, Policy: p,
 		OnStartedLeading: func(leaseapi.Token) { c.mu.Lock(); c.started++; c.mu.Unlock() },
 		OnStoppedLeading: func() { c.mu.Lock(); c.stopped++; c.mu.Unlock() },
@@ -130,34 +121,9 @@ func newCandidate(t *testing.T, store *memory.Store, name string, p leaseapi.Pol
 	return c
 }
 
-func newStore(t *testing.T) *memory.Store {
-	t.Helper()
-	s, err := memory.New(memory.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func policy(t *testing.T, o leaseapi.PolicyOptions) leaseapi.Policy {
-	t.Helper()
-	p, err := leaseapi.NewPolicy(o)
-	if err != nil {
-		t.Fatalf("NewPolicy: %v", err)
-	}
-	return p
-}
-
 // electionPolicy: TTL 10s, margin 2s, renew every 3s, retry 1s, wait 30s.
 func electionPolicy(t *testing.T) leaseapi.Policy {
-	return policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second, RenewEvery: 3 * time.Second, Retry: time.Second, Wait: 30 * time.Second, OperationTimeout: time.Second})
-}
-
-func wantKind(t *testing.T, what string, err, want error) {
-	t.Helper()
-	if got := leaseapi.Kind(err); got != want || !errors.Is(err, want) {
-		t.Fatalf("%s: got %v, want an error matching exactly %v", what, err, want)
-	}
+	return backendtest.Policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second, RenewEvery: 3 * time.Second, Retry: time.Second, Wait: 30 * time.Second, OperationTimeout: time.Second})
 }
 
 // leaders returns the candidates that lead now.
@@ -182,18 +148,5 @@ func checkTerms(t *testing.T, ts []term) {
 		if cur.token <= prev.token {
 			t.Errorf("term tokens not increasing: %d then %d", prev.token, cur.token)
 		}
-	}
-}
-
-// pause waits d on the clock (simulated inside simtest.Simulate) or until
-// ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

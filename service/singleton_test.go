@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/service"
@@ -16,18 +17,7 @@ import (
 
 func newClient(t *testing.T) (*runtime.Client, *simtest.Faulty) {
 	t.Helper()
-	f := simtest.NewFaulty(newStore(t))
-	c, err := runtime.NewClient(f, runtime.ClientOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.SetMode(simtest.Pass)
-		if err := c.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c, f
+	return backendtest.FaultyClient(t, backendtest.MemoryStore(t), runtime.ClientOptions{})
 }
 
 func waitDone(ctx context.Context, _ *runtime.Handle) error {
@@ -42,7 +32,7 @@ func TestBadInput(t *testing.T) {
 		good := service.Options{Key: leaderKey, Policy: p, Run: waitDone}
 		with := func(f func(*service.Options)) service.Options { o := good; f(&o); return o }
 		_, err := service.New(nil, good)
-		wantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "New(nil client)", err, leaseapi.ErrInvalidState)
 		for _, tc := range []struct {
 			name string
 			o    service.Options
@@ -53,37 +43,37 @@ func TestBadInput(t *testing.T) {
 			{"negative backoff", with(func(o *service.Options) { o.Backoff = -time.Second })},
 		} {
 			_, err := service.New(c, tc.o)
-			wantKind(t, "New with "+tc.name, err, leaseapi.ErrInvalidState)
+			backendtest.WantKind(t, "New with "+tc.name, err, leaseapi.ErrInvalidState)
 		}
 		s, err := service.New(c, good)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "Start(nil)", s.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		wantKind(t, "Serve(nil)", s.Serve(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		wantKind(t, "Stop(nil)", s.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
+		backendtest.WantKind(t, "Start(nil)", s.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+		backendtest.WantKind(t, "Serve(nil)", s.Serve(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+		backendtest.WantKind(t, "Stop(nil)", s.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
-		wantKind(t, "Start(canceled)", s.Start(ctx), leaseapi.ErrCanceled)
+		backendtest.WantKind(t, "Start(canceled)", s.Start(ctx), leaseapi.ErrCanceled)
 		if err := s.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		wantKind(t, "second Start", s.Start(t.Context()), leaseapi.ErrInvalidState)
-		wantKind(t, "Serve while started", s.Serve(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "second Start", s.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Serve while started", s.Serve(t.Context()), leaseapi.ErrInvalidState)
 		if err := s.Stop(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Stop(t.Context()); err != nil {
 			t.Fatalf("second Stop: %v", err)
 		}
-		wantKind(t, "Start after Stop", s.Start(t.Context()), leaseapi.ErrInvalidState)
-		wantKind(t, "Serve after Stop", s.Serve(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after Stop", s.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Serve after Stop", s.Serve(t.Context()), leaseapi.ErrInvalidState)
 
 		s2, _ := service.New(c, good)
 		if err := s2.Stop(t.Context()); err != nil {
 			t.Fatalf("Stop before Start: %v", err)
 		}
-		wantKind(t, "Start after an early Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start after an early Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
 	})
 }
 
@@ -161,10 +151,10 @@ func TestServe(t *testing.T) {
 		if _, ok := s.Leading(); !ok {
 			t.Fatal("not leading under Serve")
 		}
-		wantKind(t, "Start while serving", s.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "Start while serving", s.Start(t.Context()), leaseapi.ErrInvalidState)
 		cancel()
 		err = <-served
-		wantKind(t, "Serve after cancel", err, leaseapi.ErrCanceled)
+		backendtest.WantKind(t, "Serve after cancel", err, leaseapi.ErrCanceled)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Serve: %v does not match context.Canceled", err)
 		}
@@ -231,7 +221,7 @@ func TestPanicAndEarlyReturnStepDown(t *testing.T) {
 		if len(errs) != 2 || !errors.As(errs[0], &pe) || pe.Value != "boom" || !errors.Is(errs[1], sentinel) {
 			t.Fatalf("reported errors %v", errs)
 		}
-		wantKind(t, "panic error", errs[0], leaseapi.ErrInvalidState)
+		backendtest.WantKind(t, "panic error", errs[0], leaseapi.ErrInvalidState)
 		if strings.Contains(errs[0].Error(), "boom") {
 			t.Fatal("panic value in error text")
 		}
@@ -246,7 +236,7 @@ func TestPanicAndEarlyReturnStepDown(t *testing.T) {
 func TestCampaignFailuresAreReportedAndRetried(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		c, f := newClient(t)
-		p := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second, Retry: time.Second})
+		p := backendtest.Policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second, Retry: time.Second})
 		var errs atomic.Int32
 		s, err := service.New(c, service.Options{
 			Key: leaderKey, Policy: p, Backoff: 10 * time.Second, Run: waitDone,
@@ -295,7 +285,7 @@ func TestStopTimesOut(t *testing.T) {
 		simtest.Advance(time.Second)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		wantKind(t, "Stop with a stubborn Run", s.Stop(ctx), leaseapi.ErrTimeout)
+		backendtest.WantKind(t, "Stop with a stubborn Run", s.Stop(ctx), leaseapi.ErrTimeout)
 		close(release)
 		if err := s.Stop(t.Context()); err != nil {
 			t.Fatal(err)
