@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
+	"github.com/leasekit/lease/internal/backendtest/storetest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -184,34 +184,17 @@ SELECT k, 'bench-owner', 1, clock_timestamp(), clock_timestamp() + interval '1 h
 	return reqs
 }
 
-// renewMetrics reports renewals/s and CPU per renewal: this process's, and
-// the server's for the sessions listed (read from /proc when the server is
-// local; omitted otherwise).
-type renewMetrics struct {
-	start      time.Time
-	cpu0, srv0 time.Duration
-	pids       []int
-}
-
-func startRenewMetrics(b *testing.B, pool *pgxpool.Pool) *renewMetrics {
+// serverCPU reads the CPU time of the benchmark pool's sessions, for a
+// [storetest.RenewMeter] (from /proc when the server is local; 0, so
+// omitted, otherwise).
+func serverCPU(b *testing.B, pool *pgxpool.Pool) func() time.Duration {
 	b.Helper()
-	m := &renewMetrics{}
+	var pids []int
 	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, benchApp)
 	if err == nil {
-		m.pids, _ = pgx.CollectRows(rows, pgx.RowTo[int])
+		pids, _ = pgx.CollectRows(rows, pgx.RowTo[int])
 	}
-	m.start, m.cpu0, m.srv0 = time.Now(), cpuTime(), procCPU(m.pids)
-	return m
-}
-
-func (m *renewMetrics) report(b *testing.B, renewals int64) {
-	el := time.Since(m.start)
-	cpu := cpuTime() - m.cpu0
-	b.ReportMetric(float64(renewals)/el.Seconds(), "renewals/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(renewals), "client-cpu-ns/renewal")
-	if srv := procCPU(m.pids); srv > 0 {
-		b.ReportMetric(float64((srv-m.srv0).Nanoseconds())/float64(renewals), "server-cpu-ns/renewal")
-	}
+	return func() time.Duration { return procCPU(pids) }
 }
 
 // benchApp tags the benchmark pools' sessions, so that their server
@@ -234,19 +217,7 @@ func benchPool(b *testing.B, conns int32) (*postgres.Store, *pgxpool.Pool) {
 func BenchmarkRenewBatch10k(b *testing.B) {
 	s, pool := benchPool(b, 1)
 	reqs := seedLeases(b, s, pool, batchLeases)
-	ctx := context.Background()
-	b.ReportAllocs()
-	m := startRenewMetrics(b, pool)
-	var n int64
-	for b.Loop() {
-		for i, r := range s.RenewBatch(ctx, reqs) {
-			if r.Err != nil {
-				b.Fatalf("element %d: %v", i, r.Err)
-			}
-		}
-		n += batchLeases
-	}
-	m.report(b, n)
+	storetest.BenchRenewBatch(b, s, reqs, serverCPU(b, pool))
 }
 
 // BenchmarkRenewConcurrent10k renews the same 10,000 leases with one Renew
@@ -255,36 +226,7 @@ func BenchmarkRenewBatch10k(b *testing.B) {
 func BenchmarkRenewConcurrent10k(b *testing.B) {
 	s, pool := benchPool(b, benchConns)
 	reqs := seedLeases(b, s, pool, batchLeases)
-	ctx := context.Background()
-	b.ReportAllocs()
-	m := startRenewMetrics(b, pool)
-	var n int64
-	for b.Loop() {
-		var next atomic.Int64
-		errs := make(chan error, 64)
-		for range 64 {
-			go func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(reqs) {
-						errs <- nil
-						return
-					}
-					if _, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		for range 64 {
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
-		}
-		n += batchLeases
-	}
-	m.report(b, n)
+	storetest.BenchRenewConcurrent(b, s, reqs, serverCPU(b, pool))
 }
 
 // countingStore counts the renewals the runtime sends, batched or not. It
@@ -325,42 +267,20 @@ func BenchmarkManaged10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	handles := make([]*runtime.Handle, n)
-	var next atomic.Int64
-	errs := make(chan error, benchConns)
-	for range benchConns {
-		go func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					errs <- nil
-					return
-				}
-				h, err := c.TryAcquire(ctx, leaseapi.MustKey("managed", fmt.Sprint("k", i)), p)
-				if err == nil {
-					_, err = h.StartManaged(ctx)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				handles[i] = h
-			}
-		}()
-	}
-	for range benchConns {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
+	handles, err := storetest.StartManaged(ctx, c, p, benchConns, n, func(i int) leaseapi.Key {
+		return leaseapi.MustKey("managed", fmt.Sprint("k", i))
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // let renewal reach its steady state
 	b.ResetTimer()
 	r0 := cs.renewals.Load()
-	m := startRenewMetrics(b, pool)
+	m := storetest.StartRenewMeter(serverCPU(b, pool))
 	for range b.N {
 		time.Sleep(time.Second)
 	}
-	m.report(b, cs.renewals.Load()-r0)
+	m.Report(b, cs.renewals.Load()-r0)
 	b.StopTimer()
 	for _, h := range handles {
 		if h.State() != leaseapi.StateActive {
@@ -403,13 +323,4 @@ func procCPU(pids []int) time.Duration {
 		total += time.Duration(ut+st) * 10 * time.Millisecond
 	}
 	return total
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -102,3 +102,12 @@ func newStore(tb testing.TB, url string, pool *pgxpool.Pool) (*postgres.Store, p
 	tb.Cleanup(func() { _ = s.Close() })
 	return s, opts
 }
+
+// freshStore returns a Store on a pool of its own and a fresh schema, both
+// closed when tb ends.
+func freshStore(tb testing.TB) *postgres.Store {
+	tb.Helper()
+	url := dbURL(tb)
+	s, _ := newStore(tb, url, newPool(tb, url))
+	return s
+}

@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/backendtest/storetest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -123,7 +123,7 @@ func BenchmarkHandoff(b *testing.B) {
 	prefix := uniquePrefix()
 	holder := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
 	waiter := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
-	warmWatchB(b, waiter, holder)
+	warmWatch(b, waiter, holder)
 	ctx := context.Background()
 	k := leaseapi.MustKey("bench", "handoff")
 	var lat []time.Duration
@@ -148,34 +148,6 @@ func BenchmarkHandoff(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-}
-
-func warmWatchB(b *testing.B, s, pub *valkey.Store) {
-	k := leaseapi.MustKey("ns", "warm-up")
-	ch, stop := s.WatchRelease(k)
-	defer stop()
-	for range 100 {
-		rec, err := pub.TryAcquire(context.Background(), k, ownerA, time.Second)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pub.Release(context.Background(), rec); err != nil {
-			b.Fatal(err)
-		}
-		select {
-		case <-ch:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	b.Fatal("subscription not live")
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serverCPU is the server's used_cpu_sys + used_cpu_user.
@@ -216,29 +188,15 @@ const batchLeases = 10_000
 func acquireMany(b *testing.B, s *valkey.Store, n int) []leaseapi.RenewRequest {
 	keys := benchKeys(n)
 	reqs := make([]leaseapi.RenewRequest, n)
-	var next atomic.Int64
-	errs := make(chan error, 64)
-	for range 64 {
-		go func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					errs <- nil
-					return
-				}
-				rec, err := s.TryAcquire(context.Background(), keys[i], ownerA, time.Minute)
-				if err != nil {
-					errs <- err
-					return
-				}
-				reqs[i] = leaseapi.RenewRequest{Record: rec, TTL: time.Minute}
-			}
-		}()
-	}
-	for range 64 {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
+	if err := storetest.Parallel(64, n, func(i int) error {
+		rec, err := s.TryAcquire(context.Background(), keys[i], ownerA, time.Minute)
+		if err != nil {
+			return err
 		}
+		reqs[i] = leaseapi.RenewRequest{Record: rec, TTL: time.Minute}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
 	}
 	return reqs
 }
@@ -250,23 +208,7 @@ func BenchmarkRenewBatch10k(b *testing.B) {
 	c := newClient(b, serverAddr(b))
 	s := newStore(b, c, valkey.Options{})
 	reqs := acquireMany(b, s, batchLeases)
-	ctx := context.Background()
-	b.ReportAllocs()
-	cpu0, srv0, start := cpuTime(), serverCPU(b, c), time.Now()
-	n := 0
-	for b.Loop() {
-		for i, r := range s.RenewBatch(ctx, reqs) {
-			if r.Err != nil {
-				b.Fatalf("element %d: %v", i, r.Err)
-			}
-		}
-		n += batchLeases
-	}
-	el := time.Since(start)
-	cpu, srv := cpuTime()-cpu0, serverCPU(b, c)-srv0
-	b.ReportMetric(float64(n)/el.Seconds(), "renewals/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "client-cpu-ns/renewal")
-	b.ReportMetric(float64(srv.Nanoseconds())/float64(n), "server-cpu-ns/renewal")
+	storetest.BenchRenewBatch(b, s, reqs, func() time.Duration { return serverCPU(b, c) })
 }
 
 // BenchmarkRenewConcurrent10k renews the same 10,000 leases with
@@ -276,40 +218,7 @@ func BenchmarkRenewConcurrent10k(b *testing.B) {
 	c := newClient(b, serverAddr(b))
 	s := newStore(b, c, valkey.Options{})
 	reqs := acquireMany(b, s, batchLeases)
-	ctx := context.Background()
-	b.ReportAllocs()
-	cpu0, srv0, start := cpuTime(), serverCPU(b, c), time.Now()
-	n := 0
-	for b.Loop() {
-		var next atomic.Int64
-		errs := make(chan error, 64)
-		for range 64 {
-			go func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(reqs) {
-						errs <- nil
-						return
-					}
-					if _, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		for range 64 {
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
-		}
-		n += batchLeases
-	}
-	el := time.Since(start)
-	cpu, srv := cpuTime()-cpu0, serverCPU(b, c)-srv0
-	b.ReportMetric(float64(n)/el.Seconds(), "renewals/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "client-cpu-ns/renewal")
-	b.ReportMetric(float64(srv.Nanoseconds())/float64(n), "server-cpu-ns/renewal")
+	storetest.BenchRenewConcurrent(b, s, reqs, func() time.Duration { return serverCPU(b, c) })
 }
 
 func runtimeGOMAXPROCS() int { return goruntime.GOMAXPROCS(0) }
@@ -363,43 +272,19 @@ func BenchmarkManaged10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys := benchKeys(batchLeases)
-	handles := make([]*runtime.Handle, batchLeases)
-	var next atomic.Int64
-	errs := make(chan error, 64)
-	for range 64 {
-		go func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= batchLeases {
-					errs <- nil
-					return
-				}
-				h, err := rc.TryAcquire(context.Background(), keys[i], pol)
-				if err == nil {
-					_, err = h.StartManaged(context.Background())
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				handles[i] = h
-			}
-		}()
-	}
-	for range 64 {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
+	handles, err := storetest.StartManaged(context.Background(), rc, pol, 64, batchLeases, func(i int) leaseapi.Key { return keys[i] })
+	if err != nil {
+		b.Fatal(err)
 	}
 	const window = 2 * time.Second
 	var renewed, batches int64
 	var cpu, srv, el time.Duration
 	for b.Loop() {
 		r0, b0 := cs.renewed.Load(), cs.batches.Load()
-		cpu0, srv0, start := cpuTime(), serverCPU(b, c), time.Now()
+		cpu0, srv0, start := storetest.CPUTime(), serverCPU(b, c), time.Now()
 		time.Sleep(window) // the measurement window: renewals run on their own timers
 		el += time.Since(start)
-		cpu += cpuTime() - cpu0
+		cpu += storetest.CPUTime() - cpu0
 		srv += serverCPU(b, c) - srv0
 		renewed += cs.renewed.Load() - r0
 		batches += cs.batches.Load() - b0
@@ -426,56 +311,25 @@ func BenchmarkRuntimeHandoff(b *testing.B) {
 	prefix := uniquePrefix()
 	sa := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
 	sb := newStore(b, newClient(b, addr), valkey.Options{Prefix: prefix})
-	warmWatchB(b, sb, sa)
-	sleeper := signalSleeper{sleeping: make(chan struct{}, 1)}
-	ca, err := runtime.NewClient(sa, runtime.ClientOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cb, err := runtime.NewClient(sb, runtime.ClientOptions{Sleeper: sleeper})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = ca.Close(context.Background())
-		_ = cb.Close(context.Background())
-	}()
-	pol, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: 5 * time.Second, Retry: time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
+	warmWatch(b, sb, sa)
+	x := storetest.NewHandoff(b, sa, sb)
 	ctx := context.Background()
 	k := leaseapi.MustKey("bench", "runtime-handoff")
-	h, err := ca.Acquire(ctx, k, pol)
+	h, err := x.Holder.Acquire(ctx, k, x.Policy)
 	if err != nil {
 		b.Fatal(err)
-	}
-	type result struct {
-		h   *runtime.Handle
-		err error
-		at  time.Time
 	}
 	var lat []time.Duration
 	for b.Loop() {
-		got := make(chan result, 1)
-		go func() {
-			h, err := cb.Acquire(ctx, k, pol)
-			got <- result{h, err, time.Now()}
-		}()
-		<-sleeper.sleeping
-		start := time.Now()
-		if err := h.Release(ctx); err != nil {
+		next, d, err := x.Once(ctx, h, k)
+		if err != nil {
 			b.Fatal(err)
 		}
-		r := <-got
-		if r.err != nil {
-			b.Fatal(r.err)
-		}
-		lat = append(lat, r.at.Sub(start))
-		if err := r.h.Release(ctx); err != nil {
+		lat = append(lat, d)
+		if err := next.Release(ctx); err != nil {
 			b.Fatal(err)
 		}
-		if h, err = ca.Acquire(ctx, k, pol); err != nil {
+		if h, err = x.Holder.Acquire(ctx, k, x.Policy); err != nil {
 			b.Fatal(err)
 		}
 	}

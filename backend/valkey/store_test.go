@@ -278,19 +278,19 @@ func TestGuard(t *testing.T) {
 // warmWatch returns once s's release subscription delivers messages
 // published through pub: it releases a warm-up key through pub until s's
 // watch of it fires.
-func warmWatch(t *testing.T, s, pub *valkey.Store) {
-	t.Helper()
+func warmWatch(tb testing.TB, s, pub *valkey.Store) {
+	tb.Helper()
 	k := leaseapi.MustKey("ns", "warm-up")
 	ch, stop := s.WatchRelease(k)
 	defer stop()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		rec, err := pub.TryAcquire(t.Context(), k, ownerA, time.Second)
+		rec, err := pub.TryAcquire(tb.Context(), k, ownerA, time.Second)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		if err := pub.Release(t.Context(), rec); err != nil {
-			t.Fatal(err)
+		if err := pub.Release(tb.Context(), rec); err != nil {
+			tb.Fatal(err)
 		}
 		select {
 		case <-ch:
@@ -298,7 +298,7 @@ func warmWatch(t *testing.T, s, pub *valkey.Store) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	t.Fatal("release subscription not live within 5s")
+	tb.Fatal("release subscription not live within 5s")
 }
 
 func TestReleaseNotificationLatency(t *testing.T) {
