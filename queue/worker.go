@@ -3,11 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/lifecycle"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -151,14 +151,6 @@ func (e *PanicError) Unwrap() error { return leaseapi.ErrInvalidState }
 // String describes the panic value for logs that may contain it.
 func (e *PanicError) String() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
-type state uint8
-
-const (
-	idle state = iota
-	started
-	stopped
-)
-
 // Worker consumes a [Source], processing each item under a managed lease
 // keyed by the item's ID. Build it with [New], then Start and Stop. It is
 // safe for concurrent use. It owns neither the client nor the source:
@@ -179,13 +171,9 @@ type Worker struct {
 	recv, work             context.Context
 	cancelRecv, cancelWork context.CancelFunc
 
-	// mu guards st. wg counts the worker goroutines. done is closed exactly
-	// once: by the goroutine Start spawns once wg is zero, or by Stop if
-	// Start never ran; Stop waits on it under its ctx.
-	mu   sync.Mutex
-	st   state
-	wg   sync.WaitGroup
-	done chan struct{}
+	// life runs the worker goroutines; Stop waits on the channel it
+	// returns.
+	life lifecycle.Life
 }
 
 // New returns a Worker that takes item leases through client and items
@@ -220,7 +208,7 @@ func New(client *runtime.Client, src Source, o Options) (*Worker, error) {
 	if _, err := leaseapi.NewKey(ns, "x"); err != nil {
 		return bad("invalid key namespace")
 	}
-	w := &Worker{c: client, src: src, o: o, ns: ns, clk: o.Clock, backoff: o.Backoff, done: make(chan struct{})}
+	w := &Worker{c: client, src: src, o: o, ns: ns, clk: o.Clock, backoff: o.Backoff}
 	if w.o.Concurrency == 0 {
 		w.o.Concurrency = 1
 	}
@@ -249,20 +237,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return leaseapi.ContextError(op, err)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.st != idle {
+	loops := make([]func(), w.o.Concurrency)
+	for i := range loops {
+		loops[i] = w.loop
+	}
+	if !w.life.Start(loops...) {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already started or stopped")
 	}
-	w.st = started
-	for range w.o.Concurrency {
-		w.wg.Add(1)
-		go w.loop()
-	}
-	go func() {
-		w.wg.Wait()
-		close(w.done)
-	}()
 	return nil
 }
 
@@ -278,24 +259,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
-	w.mu.Lock()
-	if w.st == idle {
-		close(w.done)
-	}
-	w.st = stopped
-	w.mu.Unlock()
+	done := w.life.Stop()
 	w.cancelRecv()
 	if w.o.OnStop == Abandon {
 		w.cancelWork()
 	}
-	select {
-	case <-w.done:
-		w.cancelWork()
-		return nil
-	case <-ctx.Done():
-		w.cancelWork()
-		return leaseapi.ContextError(op, ctx.Err())
+	err := lifecycle.Wait(ctx, done)
+	w.cancelWork()
+	if err != nil {
+		return leaseapi.ContextError(op, err)
 	}
+	return nil
 }
 
 func (w *Worker) emit(e Event) {
@@ -307,7 +281,6 @@ func (w *Worker) emit(e Event) {
 
 // loop receives and processes items until Stop.
 func (w *Worker) loop() {
-	defer w.wg.Done()
 	for {
 		it, err := w.src.Receive(w.recv)
 		if w.recv.Err() != nil && err != nil {
@@ -388,27 +361,11 @@ func (w *Worker) process(it Item) {
 func (w *Worker) handle(ctx context.Context, h *runtime.Handle, m *runtime.Managed, it Item) (herr, lost error) {
 	hctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, h))
 	defer cancel(nil)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case l, ok := <-m.Loss():
-			if ok {
-				lost = l.Err
-			}
-		case <-h.Done():
-			lost = leaseapi.NewError("process item", leaseapi.ErrLost, "lease ended")
-		case <-stop:
-		}
-		if lost != nil {
-			cancel(lost)
-		}
-	}()
+	stopWatch := lifecycle.WatchLoss(m.Loss(), func(l runtime.Loss) error { return l.Err }, h.Done(), func() error {
+		return leaseapi.NewError("process item", leaseapi.ErrLost, "lease ended")
+	}, cancel)
 	herr = callHandler(hctx, w.o.Handler, it, h.Token())
-	close(stop)
-	<-watched
-	return herr, lost
+	return herr, stopWatch()
 }
 
 // ack is fenced completion: the lease is confirmed with the backend

@@ -56,27 +56,8 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		backendtest.WantKind(t, "Start(nil)", w.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		backendtest.WantKind(t, "Stop(nil)", w.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		backendtest.WantKind(t, "Start(canceled)", w.Start(ctx), leaseapi.ErrCanceled)
-		if err := w.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		backendtest.WantKind(t, "second Start", w.Start(t.Context()), leaseapi.ErrInvalidState)
-		if err := w.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Stop(t.Context()); err != nil {
-			t.Fatalf("second Stop: %v", err)
-		}
-		backendtest.WantKind(t, "Start after Stop", w.Start(t.Context()), leaseapi.ErrInvalidState)
 		w2, _ := queue.New(c, src, good)
-		if err := w2.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		backendtest.WantKind(t, "Start after an early Stop", w2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.CheckStartStop(t, w, w2, backendtest.StartStopHooks[*queue.Worker]{})
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/lifecycle"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -145,15 +146,6 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// state of a Scheduler.
-type state uint8
-
-const (
-	idle state = iota
-	started
-	stopped
-)
-
 // job is an added Job with its keys' prefix.
 type job struct {
 	Job
@@ -171,17 +163,14 @@ type Scheduler struct {
 	ns      string
 	onEvent func(Event)
 
-	// mu guards jobs, names, st and cancel.
+	// mu guards jobs, names and cancel, and orders Add, Start and Stop
+	// with life's state changes.
 	mu     sync.Mutex
 	jobs   []*job
 	names  map[string]struct{}
-	st     state
 	cancel context.CancelFunc
-	// wg counts the job goroutines. done is closed exactly once: by the
-	// goroutine Start spawns once wg is zero, or by Stop if Start never
-	// ran; Stop waits on it under its ctx.
-	wg   sync.WaitGroup
-	done chan struct{}
+	// life runs the job goroutines; Stop waits on the channel it returns.
+	life lifecycle.Life
 }
 
 // New returns a Scheduler that takes leases through client. It starts
@@ -202,7 +191,7 @@ func New(client *runtime.Client, o Options) (*Scheduler, error) {
 	if clk == nil {
 		clk = clock.New()
 	}
-	return &Scheduler{c: client, clk: clk, ns: ns, onEvent: o.OnEvent, names: map[string]struct{}{}, done: make(chan struct{})}, nil
+	return &Scheduler{c: client, clk: clk, ns: ns, onEvent: o.OnEvent, names: map[string]struct{}{}}, nil
 }
 
 // Add adds a job. It must be called before Start. Errors (all
@@ -243,7 +232,7 @@ func (s *Scheduler) Add(j Job) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.st != idle {
+	if !s.life.Idle() {
 		return bad("scheduler already started")
 	}
 	if _, dup := s.names[j.Name]; dup {
@@ -271,21 +260,18 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.st != idle {
+	jobsCtx, cancel := context.WithCancel(context.Background())
+	loops := make([]func(), len(s.jobs))
+	for i, j := range s.jobs {
+		loops[i] = func() { s.loop(jobsCtx, j) }
+	}
+	// lifecycle.Life.Start's extra goroutine exits when every job
+	// goroutine has exited.
+	if !s.life.Start(loops...) {
+		cancel()
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already started or stopped")
 	}
-	s.st = started
-	life, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	for _, j := range s.jobs {
-		s.wg.Add(1)
-		go s.loop(life, j)
-	}
-	// This goroutine exits when every job goroutine has exited.
-	go func() {
-		s.wg.Wait()
-		close(s.done)
-	}()
 	return nil
 }
 
@@ -303,21 +289,15 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
 	s.mu.Lock()
-	if s.st == idle {
-		s.st = stopped
-		close(s.done)
-	}
-	s.st = stopped
+	done := s.life.Stop()
 	if s.cancel != nil {
 		s.cancel()
 	}
 	s.mu.Unlock()
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return leaseapi.ContextError(op, ctx.Err())
+	if err := lifecycle.Wait(ctx, done); err != nil {
+		return leaseapi.ContextError(op, err)
 	}
+	return nil
 }
 
 // ctxKey keys the run's slot and handle in its context.
@@ -352,7 +332,6 @@ func (s *Scheduler) emit(e Event) {
 
 // loop runs one job until ctx ends or its schedule ends.
 func (s *Scheduler) loop(ctx context.Context, j *job) {
-	defer s.wg.Done()
 	next := j.Schedule.Next(s.clk.Now())
 	for !next.IsZero() {
 		if !s.waitUntil(ctx, next) {
@@ -523,33 +502,19 @@ func (s *Scheduler) runUnder(ctx context.Context, j *job, h *runtime.Handle, slo
 
 	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, runInfo{slot: slot, h: h}))
 	defer cancel(nil)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	var lost error // written by the watcher before it closes watched
-	go func() {
-		defer close(watched)
-		select {
-		case l, ok := <-m.Loss():
-			if ok {
-				lost = l.Err
-			}
-		case <-h.Done():
-			lost = leaseapi.NewError("run job", leaseapi.ErrLost, "lease ended")
-		case <-stop:
-		}
-		if lost != nil {
-			cancel(lost)
-		}
-	}()
+	stopWatch := lifecycle.WatchLoss(m.Loss(), lossErr, h.Done(), func() error {
+		return leaseapi.NewError("run job", leaseapi.ErrLost, "lease ended")
+	}, cancel)
 	defer func() {
-		close(stop)
-		<-watched
-		if err == nil && lost != nil {
+		if lost := stopWatch(); err == nil && lost != nil {
 			err = leaseapi.NewError("run job", leaseapi.ErrLost, "lease ended while running")
 		}
 	}()
 	return callJob(rctx, j.Run, h.Token())
 }
+
+// lossErr is the error a managed renewal's Loss carries.
+func lossErr(l runtime.Loss) error { return l.Err }
 
 // callJob calls run and turns a panic into a *PanicError.
 func callJob(ctx context.Context, run func(context.Context, leaseapi.Token) error, token leaseapi.Token) (err error) {

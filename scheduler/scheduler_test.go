@@ -76,32 +76,16 @@ func TestBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		backendtest.WantKind(t, "Add duplicate", srv.sched.Add(good), leaseapi.ErrInvalidState)
-		//lint:ignore SA1012 testing the nil check
-		backendtest.WantKind(t, "Start(nil)", srv.sched.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		backendtest.WantKind(t, "Start(canceled)", srv.sched.Start(ctx), leaseapi.ErrCanceled)
-		start(t, srv.sched)
-		backendtest.WantKind(t, "Start twice", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
-		backendtest.WantKind(t, "Add after Start", srv.sched.Add(with(func(j *scheduler.Job) { j.Name = "k" })), leaseapi.ErrInvalidState)
-		backendtest.WantKind(t, "Stop(nil)", srv.sched.Stop(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		if err := srv.sched.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.sched.Stop(t.Context()); err != nil {
-			t.Fatalf("second Stop: %v", err)
-		}
-		backendtest.WantKind(t, "Start after Stop", srv.sched.Start(t.Context()), leaseapi.ErrInvalidState)
-
-		// Stop before Start is allowed and prevents Start.
+		// Stop before Start (on s2) is allowed and prevents Start.
 		s2, err := scheduler.New(srv.client, scheduler.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s2.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		backendtest.WantKind(t, "Start after Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.CheckStartStop(t, srv.sched, s2, backendtest.StartStopHooks[*scheduler.Scheduler]{
+			WhileStarted: func(s *scheduler.Scheduler) {
+				backendtest.WantKind(t, "Add after Start", s.Add(with(func(j *scheduler.Job) { j.Name = "k" })), leaseapi.ErrInvalidState)
+			},
+		})
 		// Error texts never contain the job name.
 		err = srv.sched.Add(with(func(j *scheduler.Job) { j.Name = "secret-name"; j.Run = nil }))
 		if strings.Contains(err.Error(), "secret") {

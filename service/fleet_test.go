@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/simtest"
 )
@@ -19,11 +18,7 @@ import (
 // never overlap and the history of admissions and fenced writes is clean.
 func TestFleetHandOff(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		store := backendtest.MemoryStore(t)
-		hist := simtest.NewHistory()
-		res := simtest.NewResource("svc", hist)
-		ts := &terms{}
-		p := electionPolicy(t)
+		store, hist, res, ts, p := fleetParts(t)
 		var cs []*candidate
 		for i := range 3 {
 			cs = append(cs, newCandidate(t, store, fmt.Sprint("c", i), p, ts, hist, res))
@@ -141,11 +136,7 @@ func TestFleetChurn(t *testing.T) {
 
 func churn(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5e4))
-	store := backendtest.MemoryStore(t)
-	hist := simtest.NewHistory()
-	res := simtest.NewResource("svc", hist)
-	ts := &terms{}
-	p := electionPolicy(t)
+	store, hist, res, ts, p := fleetParts(t)
 	var cs []*candidate
 	for i := range 4 {
 		c := newCandidate(t, store, fmt.Sprint("c", i), p, ts, hist, res)

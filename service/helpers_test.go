@@ -121,6 +121,14 @@ func newCandidate(t *testing.T, store *memory.Store, name string, p leaseapi.Pol
 	return c
 }
 
+// fleetParts returns what the candidates of a fleet share: a store, a
+// history of admissions and fenced writes with its resource, a record of
+// terms, and the election policy.
+func fleetParts(t *testing.T) (*memory.Store, *simtest.History, *simtest.Resource, *terms, leaseapi.Policy) {
+	hist := simtest.NewHistory()
+	return backendtest.MemoryStore(t), hist, simtest.NewResource("svc", hist), &terms{}, electionPolicy(t)
+}
+
 // electionPolicy: TTL 10s, margin 2s, renew every 3s, retry 1s, wait 30s.
 func electionPolicy(t *testing.T) leaseapi.Policy {
 	return backendtest.Policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: 2 * time.Second, RenewEvery: 3 * time.Second, Retry: time.Second, Wait: 30 * time.Second, OperationTimeout: time.Second})

@@ -2,12 +2,12 @@ package service
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/lifecycle"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -50,16 +50,6 @@ type Options struct {
 	Clock clock.Clock
 }
 
-// run states.
-type state uint8
-
-const (
-	idle    state = iota // neither started nor serving
-	started              // Start's goroutine runs the loop
-	serving              // a Serve call runs the loop
-	stopped              // Stop was called: terminal
-)
-
 // Singleton runs a function on exactly one candidate of a fleet at a time:
 // leader election on one lease. Build it with [New]; drive it either with
 // Start and Stop (uber-go/fx OnStart/OnStop hooks) or with Serve (a
@@ -80,12 +70,9 @@ type Singleton struct {
 	life       context.Context
 	cancelLife context.CancelFunc
 
-	// mu guards st and done. done is closed by whoever runs the loop (the
-	// goroutine Start spawned, or a Serve call) when the loop has exited;
-	// nil while no loop runs.
-	mu   sync.Mutex
-	st   state
-	done chan struct{}
+	// run runs the loop, on the goroutine Start spawns or in a Serve call;
+	// Stop waits on the channel it returns.
+	run lifecycle.Life
 }
 
 // New returns a Singleton campaigning through client. It does no I/O and
@@ -134,9 +121,10 @@ func (s *Singleton) Leading() (leaseapi.Token, bool) {
 // Start starts campaigning on a new goroutine and returns at once (an
 // uber-go/fx OnStart hook). The goroutine exits when Stop is called, after
 // the current term (if any) has ended: Run returned, renewal stopped and
-// the lease released. ctx is only checked: the campaign does not depend on
-// it. A nil ctx, a second Start, a Start while Serve runs, or a Start after
-// Stop is ErrInvalidState; a done ctx is ErrCanceled/ErrTimeout.
+// the lease released; a goroutine waiting for it exits right after. ctx is
+// only checked: the campaign does not depend on it. A nil ctx, a second
+// Start, a Start while Serve runs, or a Start after Stop is
+// ErrInvalidState; a done ctx is ErrCanceled/ErrTimeout.
 func (s *Singleton) Start(ctx context.Context) error {
 	const op = "start singleton"
 	if ctx == nil {
@@ -145,18 +133,9 @@ func (s *Singleton) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return leaseapi.ContextError(op, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.st != idle {
+	if !s.run.Start(func() { s.loop(s.life) }) {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already running or stopped")
 	}
-	s.st = started
-	done := make(chan struct{})
-	s.done = done
-	go func() {
-		defer close(done)
-		s.loop(s.life)
-	}()
 	return nil
 }
 
@@ -172,29 +151,16 @@ func (s *Singleton) Serve(ctx context.Context) error {
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
-	s.mu.Lock()
-	if s.st != idle {
-		s.mu.Unlock()
+	served := s.run.Serve(func() {
+		lctx, cancel := context.WithCancel(ctx)
+		stopOnStop := context.AfterFunc(s.life, cancel)
+		s.loop(lctx)
+		stopOnStop()
+		cancel()
+	})
+	if !served {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already running or stopped")
 	}
-	s.st = serving
-	done := make(chan struct{})
-	s.done = done
-	s.mu.Unlock()
-
-	lctx, cancel := context.WithCancel(ctx)
-	stopOnStop := context.AfterFunc(s.life, cancel)
-	s.loop(lctx)
-	stopOnStop()
-	cancel()
-
-	s.mu.Lock()
-	if s.st == serving {
-		s.st = idle
-	}
-	s.done = nil
-	close(done)
-	s.mu.Unlock()
 	if err := ctx.Err(); err != nil && s.life.Err() == nil {
 		return leaseapi.ContextError(op, err)
 	}
@@ -214,20 +180,12 @@ func (s *Singleton) Stop(ctx context.Context) error {
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
-	s.mu.Lock()
-	s.st = stopped
-	done := s.done
-	s.mu.Unlock()
+	done := s.run.Stop()
 	s.cancelLife()
-	if done == nil {
-		return nil
+	if err := lifecycle.Wait(ctx, done); err != nil {
+		return leaseapi.ContextError(op, err)
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return leaseapi.ContextError(op, ctx.Err())
-	}
+	return nil
 }
 
 // loop campaigns, leads, steps down and campaigns again until ctx ends.

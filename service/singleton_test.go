@@ -49,31 +49,18 @@ func TestBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		backendtest.WantKind(t, "Start(nil)", s.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		backendtest.WantKind(t, "Serve(nil)", s.Serve(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
-		backendtest.WantKind(t, "Stop(nil)", s.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		backendtest.WantKind(t, "Start(canceled)", s.Start(ctx), leaseapi.ErrCanceled)
-		if err := s.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		backendtest.WantKind(t, "second Start", s.Start(t.Context()), leaseapi.ErrInvalidState)
-		backendtest.WantKind(t, "Serve while started", s.Serve(t.Context()), leaseapi.ErrInvalidState)
-		if err := s.Stop(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Stop(t.Context()); err != nil {
-			t.Fatalf("second Stop: %v", err)
-		}
-		backendtest.WantKind(t, "Start after Stop", s.Start(t.Context()), leaseapi.ErrInvalidState)
-		backendtest.WantKind(t, "Serve after Stop", s.Serve(t.Context()), leaseapi.ErrInvalidState)
-
 		s2, _ := service.New(c, good)
-		if err := s2.Stop(t.Context()); err != nil {
-			t.Fatalf("Stop before Start: %v", err)
-		}
-		backendtest.WantKind(t, "Start after an early Stop", s2.Start(t.Context()), leaseapi.ErrInvalidState)
+		backendtest.CheckStartStop(t, s, s2, backendtest.StartStopHooks[*service.Singleton]{
+			BeforeStart: func(s *service.Singleton) {
+				backendtest.WantKind(t, "Serve(nil)", s.Serve(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+			},
+			WhileStarted: func(s *service.Singleton) {
+				backendtest.WantKind(t, "Serve while started", s.Serve(t.Context()), leaseapi.ErrInvalidState)
+			},
+			AfterStop: func(s *service.Singleton) {
+				backendtest.WantKind(t, "Serve after Stop", s.Serve(t.Context()), leaseapi.ErrInvalidState)
+			},
+		})
 	})
 }
 

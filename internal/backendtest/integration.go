@@ -300,3 +300,62 @@ func (l *Log[E]) Count(match func(E) bool) int {
 	}
 	return n
 }
+
+// StartStopper is the start–stop API the integrations share
+// (scheduler.Scheduler, queue.Worker, service.Singleton).
+type StartStopper interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// StartStopHooks are an integration's own checks, run by [CheckStartStop]
+// on the value it exercises at three points of its life. A nil hook is
+// skipped.
+type StartStopHooks[R StartStopper] struct {
+	BeforeStart  func(r R) // before the first Start
+	WhileStarted func(r R) // after the second Start was refused
+	AfterStop    func(r R) // after Start after Stop was refused
+}
+
+// CheckStartStop checks the start–stop contract the integrations share.
+// On r, which must be new: Start(nil) and Stop(nil) are ErrInvalidState,
+// Start with a done ctx is ErrCanceled, Start succeeds, a second Start and
+// Stop(nil) are ErrInvalidState, Stop succeeds and so does a second Stop,
+// and Start after Stop is ErrInvalidState. On fresh, another new value: Stop
+// before Start succeeds and Start after it is ErrInvalidState. Stop is
+// called at t's cleanup too, in case a check ends the test early.
+func CheckStartStop[R StartStopper](t *testing.T, r, fresh R, h StartStopHooks[R]) {
+	t.Helper()
+	//lint:ignore SA1012 testing the nil check
+	WantKind(t, "Start(nil)", r.Start(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+	WantKind(t, "Stop(nil)", r.Stop(nil), leaseapi.ErrInvalidState)   //nolint:staticcheck
+	if h.BeforeStart != nil {
+		h.BeforeStart(r)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	WantKind(t, "Start(canceled)", r.Start(ctx), leaseapi.ErrCanceled)
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	WantKind(t, "second Start", r.Start(t.Context()), leaseapi.ErrInvalidState)
+	WantKind(t, "Stop(nil) while started", r.Stop(nil), leaseapi.ErrInvalidState) //nolint:staticcheck
+	if h.WhileStarted != nil {
+		h.WhileStarted(r)
+	}
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := r.Stop(t.Context()); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	WantKind(t, "Start after Stop", r.Start(t.Context()), leaseapi.ErrInvalidState)
+	if h.AfterStop != nil {
+		h.AfterStop(r)
+	}
+	if err := fresh.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop before Start: %v", err)
+	}
+	WantKind(t, "Start after an early Stop", fresh.Start(t.Context()), leaseapi.ErrInvalidState)
+}

@@ -1,0 +1,149 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// closed reports whether done is closed (a nil channel never is).
+func closed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestStartRunsEveryFunctionOnce(t *testing.T) {
+	var l Life
+	if !l.Idle() {
+		t.Fatal("zero Life not idle")
+	}
+	release := make(chan struct{})
+	ran := make(chan int, 3)
+	fns := make([]func(), 3)
+	for i := range fns {
+		fns[i] = func() { ran <- i; <-release }
+	}
+	if !l.Start(fns...) {
+		t.Fatal("Start on an idle Life = false")
+	}
+	if l.Idle() {
+		t.Error("Idle after Start")
+	}
+	if l.Start(func() { t.Error("second Start ran its function") }) {
+		t.Error("second Start = true")
+	}
+	if l.Serve(func() { t.Error("Serve while started ran its function") }) {
+		t.Error("Serve while started = true")
+	}
+	seen := map[int]bool{}
+	for range fns {
+		seen[<-ran] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("functions run: %v; want 0, 1 and 2", seen)
+	}
+	done := l.Stop()
+	if done == nil || closed(done) {
+		t.Fatal("Stop while functions run: done nil or closed")
+	}
+	close(release)
+	<-done // every function returned
+	if l.Start(func() {}) || l.Idle() {
+		t.Error("Start after Stop = true, or idle again")
+	}
+	if again := l.Stop(); again != done {
+		t.Error("second Stop returned another channel")
+	}
+}
+
+func TestStartWithoutFunctions(t *testing.T) {
+	var l Life
+	if !l.Start() {
+		t.Fatal("Start() = false")
+	}
+	<-l.Stop() // closes although nothing ran
+}
+
+func TestStopBeforeStart(t *testing.T) {
+	var l Life
+	if done := l.Stop(); done != nil {
+		t.Fatalf("Stop before Start = %v; want nil (nothing runs)", done)
+	}
+	if l.Start(func() { t.Error("Start after Stop ran its function") }) {
+		t.Error("Start after Stop = true")
+	}
+	if l.Serve(func() { t.Error("Serve after Stop ran its function") }) {
+		t.Error("Serve after Stop = true")
+	}
+}
+
+func TestServeRunsOnTheCallerAndMayRunAgain(t *testing.T) {
+	var l Life
+	for i := range 2 {
+		ran := false
+		if !l.Serve(func() {
+			ran = true // the caller's goroutine: no race
+			if l.Idle() {
+				t.Error("Idle while Serve runs")
+			}
+			if l.Start(func() { t.Error("Start while serving ran its function") }) {
+				t.Error("Start while serving = true")
+			}
+			if l.Serve(func() { t.Error("nested Serve ran its function") }) {
+				t.Error("Serve while serving = true")
+			}
+		}) {
+			t.Fatalf("Serve #%d = false", i)
+		}
+		if !ran || !l.Idle() {
+			t.Fatalf("after Serve #%d: ran %v, idle %v; want both", i, ran, l.Idle())
+		}
+	}
+	if l.Stop() != nil {
+		t.Error("Stop between Serves returned a channel; want nil")
+	}
+}
+
+func TestStopDuringServe(t *testing.T) {
+	var l Life
+	inside := make(chan struct{})
+	release := make(chan struct{})
+	served := make(chan bool)
+	go func() {
+		served <- l.Serve(func() { close(inside); <-release })
+	}()
+	<-inside
+	done := l.Stop()
+	if done == nil || closed(done) {
+		t.Fatal("Stop during Serve: done nil or closed")
+	}
+	close(release)
+	if !<-served {
+		t.Error("Serve = false")
+	}
+	<-done
+	if l.Idle() || l.Serve(func() {}) {
+		t.Error("idle, or Serve ran, after Stop during Serve")
+	}
+}
+
+func TestWait(t *testing.T) {
+	if err := Wait(t.Context(), nil); err != nil {
+		t.Errorf("Wait(nil) = %v; want nil", err)
+	}
+	done := make(chan struct{})
+	close(done)
+	if err := Wait(t.Context(), done); err != nil {
+		t.Errorf("Wait(closed) = %v; want nil", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancel()
+	if err := Wait(ctx, make(chan struct{})); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait(open, ctx ends) = %v; want context.DeadlineExceeded", err)
+	}
+}
