@@ -77,6 +77,30 @@ func CheckRenewRequest(op string, r RenewRequest) error {
 	return Wrap(r.Record.Check(), op)
 }
 
+// CheckRenewBatch is the check of [BatchRenewer.RenewBatch]. It returns
+// the results slice for reqs (one element per request) and the indexes of
+// the requests that may be sent, in order. When [CheckContext] fails, every
+// element carries its error and valid is empty; otherwise each request that
+// fails [CheckRenewRequest] carries that error and is left out of valid.
+func CheckRenewBatch(ctx context.Context, op string, reqs []RenewRequest) (out []RenewResult, valid []int) {
+	out = make([]RenewResult, len(reqs))
+	if err := CheckContext(ctx, op); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out, nil
+	}
+	valid = make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if err := CheckRenewRequest(op, r); err != nil {
+			out[i].Err = err
+			continue
+		}
+		valid = append(valid, i)
+	}
+	return out, valid
+}
+
 // checkGrant checks the arguments of a new or extended grant.
 func checkGrant(key Key, owner string, ttl time.Duration) error {
 	if err := key.Check(); err != nil {

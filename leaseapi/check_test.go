@@ -3,6 +3,7 @@ package leaseapi_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,45 @@ func TestCheckContextMatchesContextError(t *testing.T) {
 	//nolint:staticcheck // a nil context is the input under test
 	if err := leaseapi.CheckContext(nil, "x"); err == nil || !strings.Contains(err.Error(), "nil context") {
 		t.Fatalf("got %v, want nil context error", err)
+	}
+}
+
+func TestCheckRenewBatch(t *testing.T) {
+	key := leaseapi.MustKey("ns", "k")
+	good := leaseapi.RenewRequest{Record: leaseapi.Record{Key: key, Owner: "o", Token: 1}, TTL: time.Second}
+	badTTL := leaseapi.RenewRequest{Record: good.Record}
+	zeroToken := leaseapi.RenewRequest{Record: leaseapi.Record{Key: key, Owner: "o"}, TTL: time.Second}
+	reqs := []leaseapi.RenewRequest{good, badTTL, good, zeroToken}
+
+	out, valid := leaseapi.CheckRenewBatch(context.Background(), "op", reqs)
+	if len(out) != len(reqs) {
+		t.Fatalf("len(out): got %d, want %d", len(out), len(reqs))
+	}
+	if want := []int{0, 2}; !slices.Equal(valid, want) {
+		t.Fatalf("valid: got %v, want %v", valid, want)
+	}
+	for i, want := range []string{"", "lease: op: invalid state or input: ttl out of range", "", "lease: op: invalid state or input: zero token"} {
+		got := ""
+		if out[i].Err != nil {
+			got = out[i].Err.Error()
+		}
+		if got != want {
+			t.Fatalf("element %d: got %q, want %q", i, got, want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out, valid = leaseapi.CheckRenewBatch(ctx, "op", reqs)
+	if len(valid) != 0 {
+		t.Fatalf("valid with a canceled ctx: got %v, want none", valid)
+	}
+	for i, r := range out {
+		if leaseapi.Kind(r.Err) != leaseapi.ErrCanceled {
+			t.Fatalf("element %d with a canceled ctx: got %v, want ErrCanceled", i, r.Err)
+		}
+	}
+	if out, valid := leaseapi.CheckRenewBatch(context.Background(), "op", nil); len(out) != 0 || len(valid) != 0 {
+		t.Fatalf("empty batch: got %v, %v, want nothing", out, valid)
 	}
 }

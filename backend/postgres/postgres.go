@@ -393,21 +393,12 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 // element it carried gets the same classified error (ambiguous once sent).
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
-	out := make([]leaseapi.RenewResult, len(reqs))
-	if err := leaseapi.CheckContext(ctx, op); err != nil {
-		for i := range out {
-			out[i].Err = err
-		}
-		return out
-	}
-	// Validate, and split repeated keys into later rounds.
+	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
+	// Refuse unstorable tokens, and split repeated keys into later rounds.
 	var rounds [][]int
 	seen := make(map[leaseapi.Key]int, len(reqs)) // key -> rounds it appears in
-	for i, r := range reqs {
-		if err := leaseapi.CheckRenewRequest(op, r); err != nil {
-			out[i].Err = err
-			continue
-		}
+	for _, i := range valid {
+		r := reqs[i]
 		if !storable(r.Record.Token) {
 			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 			continue

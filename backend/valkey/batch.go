@@ -37,21 +37,7 @@ type unit struct {
 // [leaseapi.ErrAmbiguousOutcome]. Never retried.
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
-	out := make([]leaseapi.RenewResult, len(reqs))
-	if err := leaseapi.CheckContext(ctx, op); err != nil {
-		for i := range out {
-			out[i].Err = err
-		}
-		return out
-	}
-	valid := make([]int, 0, len(reqs))
-	for i, r := range reqs {
-		if err := leaseapi.CheckRenewRequest(op, r); err != nil {
-			out[i].Err = err
-			continue
-		}
-		valid = append(valid, i)
-	}
+	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
 	if len(valid) == 0 {
 		return out
 	}
