@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -77,11 +78,11 @@ func (s *Store) sweep(ctx context.Context, conn *pgx.Conn) error {
 // goroutine the first WatchRelease starts. It returns when ctx is canceled
 // (by Close), after closing its connection.
 func (s *Store) listen(ctx context.Context) {
-	backoff := backoffMin
+	backoff := watchhub.Backoff{Min: backoffMin, Max: backoffMax}
 	for {
 		conn, err := s.listenConn(ctx)
 		if err == nil {
-			backoff = backoffMin
+			backoff.Reset()
 			if s.sweep(ctx, conn) == nil {
 				_ = s.receive(ctx, conn) // returns when the connection fails or ctx ends
 			}
@@ -89,17 +90,9 @@ func (s *Store) listen(ctx context.Context) {
 			_ = conn.Close(cctx)
 			cancel()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !backoff.Wait(ctx) {
 			return
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, backoffMax)
 	}
 }
 

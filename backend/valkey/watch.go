@@ -7,6 +7,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -65,7 +66,7 @@ func (s *Store) subscribe(ctx context.Context) {
 			s.watches.NotifyAll()
 		}
 	})
-	backoff := resubscribeMin
+	backoff := watchhub.Backoff{Min: resubscribeMin, Max: resubscribeMax}
 	for {
 		start := time.Now()
 		_ = s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
@@ -77,15 +78,10 @@ func (s *Store) subscribe(ctx context.Context) {
 		confirmed.Store(1) // the next confirmation follows a gap
 		s.watches.NotifyAll()
 		if time.Since(start) > resubscribeMax {
-			backoff = resubscribeMin
+			backoff.Reset()
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx) {
 			return
-		case <-t.C:
 		}
-		backoff = min(2*backoff, resubscribeMax)
 	}
 }
