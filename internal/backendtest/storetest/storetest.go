@@ -9,6 +9,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -211,38 +212,41 @@ func Parallel(workers, n int, f func(i int) error) error {
 // failing b on any element's error; then a [RenewMeter] (server as for
 // [StartRenewMeter]) started just before the loop reports per renewal.
 func BenchRenewBatch(b *testing.B, s leaseapi.BatchRenewer, reqs []leaseapi.RenewRequest, server func() time.Duration) {
-	ctx := context.Background()
-	b.ReportAllocs()
-	m := StartRenewMeter(server)
-	var n int64
-	for b.Loop() {
+	benchRenew(b, len(reqs), server, func(ctx context.Context) error {
 		for i, r := range s.RenewBatch(ctx, reqs) {
 			if r.Err != nil {
-				b.Fatalf("element %d: %v", i, r.Err)
+				return fmt.Errorf("element %d: %w", i, r.Err)
 			}
 		}
-		n += int64(len(reqs))
-	}
-	m.Report(b, n)
+		return nil
+	})
 }
 
 // BenchRenewConcurrent is [BenchRenewBatch] with one s.Renew call per
 // request, from 64 goroutines ([Parallel]), for comparison with it.
 func BenchRenewConcurrent(b *testing.B, s leaseapi.Backend, reqs []leaseapi.RenewRequest, server func() time.Duration) {
+	benchRenew(b, len(reqs), server, func(ctx context.Context) error {
+		return Parallel(64, len(reqs), func(i int) error {
+			_, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL)
+			return err
+		})
+	})
+}
+
+// benchRenew runs renewAll, which renews n leases, once per b.Loop
+// iteration under a RenewMeter, failing b on its error.
+func benchRenew(b *testing.B, n int, server func() time.Duration, renewAll func(ctx context.Context) error) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	m := StartRenewMeter(server)
-	var n int64
+	var renewals int64
 	for b.Loop() {
-		if err := Parallel(64, len(reqs), func(i int) error {
-			_, err := s.Renew(ctx, reqs[i].Record, reqs[i].TTL)
-			return err
-		}); err != nil {
+		if err := renewAll(ctx); err != nil {
 			b.Fatal(err)
 		}
-		n += int64(len(reqs))
+		renewals += int64(n)
 	}
-	m.Report(b, n)
+	m.Report(b, renewals)
 }
 
 // StartManaged acquires n leases through c, the i-th named key(i), with
