@@ -54,6 +54,18 @@ type Inspector interface {
 	Inspect(ctx context.Context, key Key) (rec Record, held bool, err error)
 }
 
+// Adopter is an optional [Backend] capability. By default the runtime
+// resolves an acquisition whose reply was lost by reading the key
+// ([Inspector]) and adopts the grant if it carries the acquirer's owner id.
+// A backend for which such a read is not proof that the grant is durable
+// (Valkey with WaitReplicas: the grant may exist on the primary but on no
+// replica) reports CanAdopt() == false; the runtime then never adopts: the
+// acquisition fails with ErrAmbiguousOutcome and an orphaned grant expires
+// at its TTL.
+type Adopter interface {
+	CanAdopt() bool
+}
+
 // ReleaseWatcher is an optional [Backend] capability for fast hand-off:
 // waiters in Acquire wake as soon as a holder releases instead of sleeping
 // a retry interval. Notifications are best effort (a missed one costs one

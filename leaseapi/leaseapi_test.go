@@ -131,6 +131,7 @@ func TestOutcomeOf(t *testing.T) {
 }
 
 func TestRecordDeadline(t *testing.T) {
+	type Record = leaseapi.Record
 	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second})
 	t0 := time.Unix(100, 0)
 	r := leaseapi.Record{AcquiredAt: t0, ExpiresAt: t0.Add(10 * time.Second)}
@@ -144,6 +145,22 @@ func TestRecordDeadline(t *testing.T) {
 	}
 	if !r.UsableAt(sent.Add(4*time.Second-1), sent, p) || r.UsableAt(sent.Add(4*time.Second), sent, p) {
 		t.Fatal("UsableAt must be true strictly before the deadline only")
+	}
+	// A broken record gives no trust, and never an overflowed deadline.
+	for _, bad := range []Record{
+		{AcquiredAt: t0, ExpiresAt: t0},                                      // zero granted TTL
+		{AcquiredAt: t0, ExpiresAt: t0.Add(time.Second)},                     // not longer than the margin
+		{AcquiredAt: t0.Add(time.Hour), ExpiresAt: t0},                       // expires before acquired
+		{AcquiredAt: time.UnixMicro(1e16), ExpiresAt: time.UnixMicro(0)},     // ~317 years backwards
+		{AcquiredAt: time.UnixMicro(-1e16), ExpiresAt: time.UnixMicro(1e16)}, // ~634 years forwards: capped by the TTL
+	} {
+		d := bad.SafeDeadline(sent, p)
+		if d.After(sent.Add(p.TTL())) {
+			t.Fatalf("SafeDeadline(%v..%v) = %v: beyond send + TTL", bad.AcquiredAt, bad.ExpiresAt, d)
+		}
+		if bad.GrantedTTL() <= p.SafetyMargin() && bad.UsableAt(sent, sent, p) {
+			t.Fatalf("a record granting %v is usable", bad.GrantedTTL())
+		}
 	}
 }
 

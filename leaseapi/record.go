@@ -57,10 +57,17 @@ func (r Record) GrantedTTL() time.Duration { return r.ExpiresAt.Sub(r.AcquiredAt
 // was sent) plus the smaller of the policy's TTL and the granted TTL, minus
 // the policy's safety margin. Anchoring at the send, not the reply, means a
 // slow round trip can only shorten the trust window, never stretch it.
+//
+// A record whose granted TTL is not longer than the margin (including a
+// broken one that expires before it was acquired) gives no trust at all:
+// the deadline is sentAt itself, never an overflowed instant in the future.
 func (r Record) SafeDeadline(sentAt time.Time, p Policy) time.Time {
 	ttl := p.TTL()
 	if g := r.GrantedTTL(); g < ttl {
 		ttl = g
+	}
+	if ttl <= p.SafetyMargin() {
+		return sentAt
 	}
 	return sentAt.Add(ttl - p.SafetyMargin())
 }

@@ -164,7 +164,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	if mutant.On(mutant.DeadlineFromReply) || mutant.On(mutant.AdoptAtResolveTime) && resolved {
 		sentAt = c.clk.Now()
 	}
-	if rec.Key != key || rec.Owner != owner || rec.Token == 0 {
+	if rec.Key != key || rec.Owner != owner || rec.Token == 0 || !rec.ExpiresAt.After(rec.AcquiredAt) {
 		// A backend that answers for another grant is broken: fail closed.
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "backend returned another grant")
@@ -186,7 +186,9 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	return &Handle{c: c, s: s}, nil
 }
 
-// resolve settles an acquisition whose reply was lost by reading the key:
+// resolve settles an acquisition whose reply was lost by reading the key
+// (unless the backend says a read is no proof of a durable grant, see
+// leaseapi.Adopter):
 // if our owner id holds it, the grant is adopted, anchored at the original
 // send time (the grant cannot have started before it). If another owner
 // or nobody holds it, nothing of ours is live. If the key cannot be read,
@@ -194,7 +196,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 func (c *Client) resolve(ctx context.Context, key leaseapi.Key, owner string, p leaseapi.Policy) (leaseapi.Record, error) {
 	const op = "acquire"
 	ambiguous := leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "")
-	if c.inspector == nil {
+	if c.inspector == nil || !c.canAdopt {
 		return leaseapi.Record{}, ambiguous
 	}
 	ictx, cancel := c.opContext(ctx, p)

@@ -59,11 +59,14 @@ type Client struct {
 	// calls need no OperationTimeout timer.
 	unbounded bool
 	// batch coalesces renewals for a BatchRenewer backend; nil otherwise.
-	batch   *batcher
-	clk     clock.Clock
-	owners  leaseapi.OwnerSource
-	sleeper leaseapi.Sleeper
-	retry   leaseapi.RetrySource
+	batch *batcher
+	// canAdopt: a lost acquisition reply may be resolved by Inspect and
+	// adopted (false when the backend, or one it wraps, says otherwise).
+	canAdopt bool
+	clk      clock.Clock
+	owners   leaseapi.OwnerSource
+	sleeper  leaseapi.Sleeper
+	retry    leaseapi.RetrySource
 
 	maxWaiters int64
 	waiters    atomic.Int64
@@ -116,6 +119,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	if nb, ok := b.(leaseapi.NonBlocking); ok {
 		c.unbounded = nb.NeverBlocks()
 	}
+	c.canAdopt = canAdopt(b)
 	if c.clk == nil {
 		c.clk = clock.New()
 	}

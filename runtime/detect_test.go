@@ -102,3 +102,57 @@ func TestSkewedBackendClockFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+// noAdopt is a memory store that, like Valkey with WaitReplicas, says a
+// grant read back after a lost reply is no proof of a durable grant.
+type noAdopt struct{ *simtest.Faulty }
+
+func (noAdopt) CanAdopt() bool { return false }
+
+func TestNoAdoptionWhenBackendForbidsIt(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		f := simtest.NewFaulty(store)
+		ob, _ := runtime.NewObservedBackend(noAdopt{f}, nil) // found through wrappers too
+		c, err := runtime.NewClient(ob, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p := basicPolicy(t)
+		k := testKey(t, "no-adopt")
+		f.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
+		_, err = c.TryAcquire(t.Context(), k, p)
+		wantKind(t, "lost reply on a backend that forbids adoption", err, leaseapi.ErrAmbiguousOutcome)
+		if c.Held() != 0 {
+			t.Fatal("the orphan grant was adopted")
+		}
+		if _, held, _ := store.Inspect(t.Context(), k); !held {
+			t.Fatal("the lost acquisition should have committed (the test is vacuous)")
+		}
+		simtest.Advance(p.TTL()) // the orphan expires
+		mustAcquire(t, c, k, p)
+	})
+}
+
+// brokenTimes returns records that expire before they were acquired.
+type brokenTimes struct{ *memory.Store }
+
+func (b brokenTimes) TryAcquire(ctx context.Context, k leaseapi.Key, o string, ttl time.Duration) (leaseapi.Record, error) {
+	rec, err := b.Store.TryAcquire(ctx, k, o, ttl)
+	rec.AcquiredAt, rec.ExpiresAt = time.UnixMicro(1e16), time.UnixMicro(0)
+	return rec, err
+}
+
+func TestBrokenRecordNeverActive(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		c, _ := runtime.NewClient(brokenTimes{store}, runtime.ClientOptions{})
+		defer c.Close(context.Background())
+		_, err := c.TryAcquire(t.Context(), testKey(t, "broken"), basicPolicy(t))
+		wantKind(t, "a grant that expires before it starts", err, leaseapi.ErrBackendUnavailable)
+		if c.Held() != 0 {
+			t.Fatal("a broken grant is held")
+		}
+	})
+}

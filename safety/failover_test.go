@@ -188,7 +188,7 @@ func failoverRun(t *testing.T) {
 	// WaitReplicasReplyLost: the same, but the reply of the acquisition
 	// (script and WAIT) is cut after the primary committed the grant. The
 	// outcome is ambiguous; a grant that no replica acknowledged must
-	// still never become an Active handle.
+	// still never become an Active handle (leaseapi.Adopter).
 	t.Run("WaitReplicasReplyLost", func(t *testing.T) {
 		e := newEnv(t)
 		ctx := context.Background()
@@ -220,19 +220,13 @@ func failoverRun(t *testing.T) {
 			return
 		}
 		e.granted(h)
-		// KNOWN DEFECT, reported, not fixed here (backend/valkey and
-		// runtime are not this change's to edit): the lost reply is
-		// ErrAmbiguousOutcome, the runtime resolves it with Inspect, which
-		// reads the primary, finds the grant and adopts it, although no
-		// replica has it. The same happens without a proxy when the
-		// call's context ends before the WAIT reply (a fresh store's first
-		// acquisition waits twice: EVALSHA+WAIT, NOSCRIPT, EVAL+WAIT, each
-		// WAIT up to half the remaining time). Once fixed, this is the
-		// regression test: replace the Skip by t.Errorf.
+		// Regression test: a lost reply is ErrAmbiguousOutcome and the
+		// store says a grant read back from the primary is no proof of a
+		// replicated grant (valkey.Store.CanAdopt is false with
+		// WaitReplicas), so the runtime never adopts it.
 		st := h.State()
-		pause(ctx, time.Millisecond)
 		_ = h.Release(ctx)
-		t.Skipf("known defect: with WaitReplicas, an acquisition whose reply was lost was adopted (token %d, %v) although no replica acknowledged it", h.Token(), st)
+		t.Errorf("with WaitReplicas, an acquisition whose reply was lost was adopted (token %d, %v) although no replica acknowledged it", h.Token(), st)
 	})
 
 	t.Run("Async", func(t *testing.T) {

@@ -251,7 +251,7 @@ func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10
 // grant decodes {status, token, acquired, expires} into a record of key and
 // owner.
 func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool) {
-	if len(vals) != 4 || vals[1] <= 0 {
+	if len(vals) != 4 || vals[1] <= 0 || vals[3] <= vals[2] {
 		return leaseapi.Record{}, false
 	}
 	return leaseapi.Record{
@@ -262,6 +262,12 @@ func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool)
 		ExpiresAt:  time.UnixMicro(vals[3]),
 	}, true
 }
+
+// CanAdopt implements [leaseapi.Adopter]: with [Options.WaitReplicas] a
+// grant read back from the primary is no proof that any replica has it, so
+// the runtime must not adopt an acquisition whose reply was lost; it fails
+// with ErrAmbiguousOutcome and the grant, if any, expires at its TTL.
+func (s *Store) CanAdopt() bool { return s.waitReplicas == 0 }
 
 // TryAcquire implements [leaseapi.Backend]: one script grants key to owner
 // for ttl (server time) unless a live grant exists ([leaseapi.ErrContended],
