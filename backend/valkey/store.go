@@ -318,19 +318,16 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // connection in one round trip (WAIT counts the writes of its own
 // connection), with the EVALSHA-then-EVAL fallback done by hand.
 func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, wait vk.ValkeyResult) {
-	wt := s.waitTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		if half := time.Until(dl) / 2; half < wt {
-			wt = half
-		}
-	}
-	ms := wt.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
 	err := s.client.Dedicated(func(c vk.DedicatedClient) error {
+		// Each WAIT gets at most half of the time left when it is sent, so
+		// the NOSCRIPT fallback's second round trip cannot overrun the
+		// call's context (the first WAIT already used part of it).
 		waitCmd := func() vk.Completed {
-			return c.B().Wait().Numreplicas(int64(s.waitReplicas)).Timeout(ms).Build()
+			wt := s.waitTimeout
+			if dl, ok := ctx.Deadline(); ok {
+				wt = min(wt, time.Until(dl)/2)
+			}
+			return c.B().Wait().Numreplicas(int64(s.waitReplicas)).Timeout(max(wt.Milliseconds(), 1)).Build()
 		}
 		r := c.DoMulti(ctx,
 			c.B().Evalsha().Sha1(shaAcquire).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
