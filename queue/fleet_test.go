@@ -103,7 +103,7 @@ func TestWorkerFleet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			startWorker(t, w)
+			backendtest.Start(t, w)
 			workers = append(workers, x)
 		}
 		simtest.Advance(2 * time.Minute)

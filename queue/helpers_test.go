@@ -43,18 +43,6 @@ func (e *events) count(o queue.Outcome) int {
 
 func (e *events) all() []queue.Event { return e.All() }
 
-func startWorker(t *testing.T, w *queue.Worker) {
-	t.Helper()
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-}
-
 // pause waits d on the (simulated) clock or until ctx ends, then returns
 // nil or ctx's cause (a handler's loss, not just context.Canceled).
 func pause(ctx context.Context, d time.Duration) error {

@@ -142,7 +142,7 @@ func TestBoundedConcurrency(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		startWorker(t, w)
+		backendtest.Start(t, w)
 		simtest.Advance(39 * time.Second)
 		if src.Len() != 1 {
 			t.Fatalf("after 39s %d items left, want 1", src.Len())
@@ -184,7 +184,7 @@ func TestNoAckWithoutTheLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = src.Put("x", nil)
-		startWorker(t, w)
+		backendtest.Start(t, w)
 		simtest.Advance(time.Minute)
 		if calls.Load() != 3 || src.Len() != 0 {
 			t.Fatalf("handled %d times, %d left; want 3 handlings, then acked", calls.Load(), src.Len())
@@ -224,7 +224,7 @@ func TestFailureAndPanicNack(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = src.Put("x", nil)
-		startWorker(t, w)
+		backendtest.Start(t, w)
 		simtest.Advance(time.Second)
 		evs := ev.all()
 		if len(evs) != 3 || evs[0].Outcome != queue.Nacked || evs[1].Outcome != queue.Nacked || evs[2].Outcome != queue.Acked {
@@ -257,7 +257,7 @@ func TestInvalidItemID(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = src.Put("a//b", nil)
-		startWorker(t, w)
+		backendtest.Start(t, w)
 		simtest.Advance(time.Second)
 		if calls.Load() != 0 || ev.count(queue.Failed) != 1 {
 			t.Fatalf("calls %d, events %+v", calls.Load(), ev.all())

@@ -105,7 +105,7 @@ func TestOnOneServerFleet(t *testing.T) {
 		simtest.Advance(40 * time.Second) // every server, even the late one, starts at the same slot
 		first := scheduler.Every(interval).Next(time.Now())
 		for _, srv := range servers {
-			start(t, srv.sched)
+			backendtest.Start(t, srv.sched)
 		}
 		simtest.Advance(time.Hour)
 		servers[2].faulty.SetMode(simtest.Down) // "ahead" crashes
@@ -209,7 +209,7 @@ func TestNonOverlapFleet(t *testing.T) {
 			servers = append(servers, srv)
 		}
 		for _, srv := range servers {
-			start(t, srv.sched)
+			backendtest.Start(t, srv.sched)
 		}
 		simtest.Advance(3 * time.Hour)
 		for _, srv := range servers {

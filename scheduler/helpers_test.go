@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -57,18 +56,6 @@ func newServer(t *testing.T, store *memory.Store, name string, offset time.Durat
 	}
 	srv.sched = s
 	return srv
-}
-
-func start(t *testing.T, s *scheduler.Scheduler) {
-	t.Helper()
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
 }
 
 // jobPolicy: TTL 10s, margin 2s, renew every 3s, retry 1s, wait 5s.

@@ -116,7 +116,7 @@ func TestPanicIsRecovered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(2*time.Minute + time.Second)
 		if runs.Load() != 2 {
 			t.Fatalf("runs: got %d, want 2", runs.Load())
@@ -167,7 +167,7 @@ func TestLossCancelsRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				start(t, srv.sched)
+				backendtest.Start(t, srv.sched)
 				simtest.Advance(time.Hour + time.Minute)
 				if want := p.TTL() - p.SafetyMargin(); canceledAfter != want {
 					t.Fatalf("ctx canceled after %v, want the deadline %v", canceledAfter, want)
@@ -205,7 +205,7 @@ func TestStopCancelsAndReleases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(90 * time.Second)
 		if srv.client.Held() != 1 {
 			t.Fatalf("held during the run: %d", srv.client.Held())
@@ -239,7 +239,7 @@ func TestStopTimesOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(time.Minute)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
@@ -271,7 +271,7 @@ func TestLongRunSkipsSlots(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(6*time.Minute - time.Second)
 		if len(starts) != 2 || starts[1].Sub(starts[0]) != 4*time.Minute {
 			t.Fatalf("run starts %v, want two, 4 minutes apart", starts)
@@ -300,7 +300,7 @@ func TestClaimRetriesWithinWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv.faulty.Inject(leaseapi.OpTryAcquire, simtest.FailBeforeSend, simtest.FailBeforeSend)
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(time.Minute + 5*time.Second)
 		if len(ranAt) != 1 || ranAt[0] != 2*time.Second {
 			t.Fatalf("ran %v after the slot, want once, after 2 retries (2s)", ranAt)
@@ -327,7 +327,7 @@ func TestScheduleEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, srv.sched)
+		backendtest.Start(t, srv.sched)
 		simtest.Advance(time.Hour)
 		if runs.Load() != 1 {
 			t.Fatalf("runs %d, want 1", runs.Load())
@@ -364,8 +364,8 @@ func TestLateServerSkipsReleasedSlot(t *testing.T) {
 			}
 		}
 		simtest.Advance(time.Minute) // both clocks in the same hour
-		start(t, a.sched)
-		start(t, b.sched)
+		backendtest.Start(t, a.sched)
+		backendtest.Start(t, b.sched)
 		slot := scheduler.Every(time.Hour).Next(time.Now())
 		simtest.Advance(time.Hour)
 		if len(ran) != 1 || ran[0] != "a" {
@@ -404,7 +404,7 @@ func TestFarBehindWaitsForTheNextSlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		start(t, s)
+		backendtest.Start(t, s)
 		simtest.Advance(500 * time.Millisecond)
 		clk.jump(5 * time.Hour) // 18,000 slots pass at once
 		simtest.Advance(3 * time.Second)

@@ -5,8 +5,9 @@
 // service): real Valkey and PostgreSQL servers started lazily, once per test
 // binary, through internal/testserver and stopped after the leak check
 // ([Main]); a subtest per real backend, each with a fresh namespace of its
-// own ([ForEachReal]); and the small helpers every integration's tests
-// repeat ([Policy], [WantKind], [MemoryStore], [FaultyClient], [Log],
+// own ([ForEachReal]); the start–stop contract the integrations share
+// ([CheckStartStop], [Start]); and the small helpers every integration's
+// tests repeat ([Policy], [WantKind], [MemoryStore], [FaultyClient], [Log],
 // [Pause], [RandomName]).
 //
 // When a server is neither given by the environment (LEASE_TEST_VALKEY_ADDR,
@@ -358,4 +359,20 @@ func CheckStartStop[R StartStopper](t *testing.T, r, fresh R, h StartStopHooks[R
 		t.Fatalf("Stop before Start: %v", err)
 	}
 	WantKind(t, "Start after an early Stop", fresh.Start(t.Context()), leaseapi.ErrInvalidState)
+}
+
+// Start starts r with t's context, failing t if it cannot, and stops it at
+// t's cleanup, failing t if Stop returns an error. Register it after the
+// client's cleanup (FaultyClient), so that r stops before the client
+// closes.
+func Start(t testing.TB, r StartStopper) {
+	t.Helper()
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
 }
