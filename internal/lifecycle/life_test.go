@@ -17,6 +17,21 @@ func closed(done <-chan struct{}) bool {
 	}
 }
 
+// wantRefused checks that l, running or stopped, is not idle and refuses
+// Start and Serve without calling their functions.
+func wantRefused(t *testing.T, l *Life, when string) {
+	t.Helper()
+	if l.Idle() {
+		t.Errorf("Idle %s", when)
+	}
+	if l.Start(func() { t.Errorf("Start %s ran its function", when) }) {
+		t.Errorf("Start %s = true", when)
+	}
+	if l.Serve(func() { t.Errorf("Serve %s ran its function", when) }) {
+		t.Errorf("Serve %s = true", when)
+	}
+}
+
 func TestStartRunsEveryFunctionOnce(t *testing.T) {
 	var l Life
 	if !l.Idle() {
@@ -31,15 +46,7 @@ func TestStartRunsEveryFunctionOnce(t *testing.T) {
 	if !l.Start(fns...) {
 		t.Fatal("Start on an idle Life = false")
 	}
-	if l.Idle() {
-		t.Error("Idle after Start")
-	}
-	if l.Start(func() { t.Error("second Start ran its function") }) {
-		t.Error("second Start = true")
-	}
-	if l.Serve(func() { t.Error("Serve while started ran its function") }) {
-		t.Error("Serve while started = true")
-	}
+	wantRefused(t, &l, "while started")
 	seen := map[int]bool{}
 	for range fns {
 		seen[<-ran] = true
@@ -53,9 +60,7 @@ func TestStartRunsEveryFunctionOnce(t *testing.T) {
 	}
 	close(release)
 	<-done // every function returned
-	if l.Start(func() {}) || l.Idle() {
-		t.Error("Start after Stop = true, or idle again")
-	}
+	wantRefused(t, &l, "after Stop")
 	if again := l.Stop(); again != done {
 		t.Error("second Stop returned another channel")
 	}
@@ -74,12 +79,7 @@ func TestStopBeforeStart(t *testing.T) {
 	if done := l.Stop(); done != nil {
 		t.Fatalf("Stop before Start = %v; want nil (nothing runs)", done)
 	}
-	if l.Start(func() { t.Error("Start after Stop ran its function") }) {
-		t.Error("Start after Stop = true")
-	}
-	if l.Serve(func() { t.Error("Serve after Stop ran its function") }) {
-		t.Error("Serve after Stop = true")
-	}
+	wantRefused(t, &l, "after Stop")
 }
 
 func TestServeRunsOnTheCallerAndMayRunAgain(t *testing.T) {
@@ -88,15 +88,7 @@ func TestServeRunsOnTheCallerAndMayRunAgain(t *testing.T) {
 		ran := false
 		if !l.Serve(func() {
 			ran = true // the caller's goroutine: no race
-			if l.Idle() {
-				t.Error("Idle while Serve runs")
-			}
-			if l.Start(func() { t.Error("Start while serving ran its function") }) {
-				t.Error("Start while serving = true")
-			}
-			if l.Serve(func() { t.Error("nested Serve ran its function") }) {
-				t.Error("Serve while serving = true")
-			}
+			wantRefused(t, &l, "while serving")
 		}) {
 			t.Fatalf("Serve #%d = false", i)
 		}
@@ -127,9 +119,7 @@ func TestStopDuringServe(t *testing.T) {
 		t.Error("Serve = false")
 	}
 	<-done
-	if l.Idle() || l.Serve(func() {}) {
-		t.Error("idle, or Serve ran, after Stop during Serve")
-	}
+	wantRefused(t, &l, "after Stop during Serve")
 }
 
 func TestWait(t *testing.T) {
