@@ -67,17 +67,12 @@ func FuzzEveryNext(f *testing.F) {
 			q--
 		}
 		if q >= math.MaxInt64/d {
-			// KNOWN DEFECT, reported, not fixed here (schedule.go is not
-			// this change's to edit): when the next slot is after
-			// 2262-04-11, Next's (q+1)*d overflows and wraps to an instant
-			// near 1677, before t. Every instant within d of that date hits
-			// it (with MaxInterval, any t after about 2252). A correct
-			// Next returns the zero time (no slot) or the true slot; then
-			// replace this Skip by the check below.
-			if got := iv.Next(at); got.IsZero() || got.After(at) && got.Sub(at) <= time.Duration(d) {
-				return
+			// The next slot is after 2262-04-11: Next must say "no slot"
+			// (zero), never wrap around to an instant before t.
+			if got := iv.Next(at); !got.IsZero() {
+				t.Fatalf("Every(%v).Next(%d) = %d past the representable range, want the zero time", time.Duration(d), n, got.UnixNano())
 			}
-			t.Skipf("known defect: Every(%v).Next(%d) overflows past 2262", time.Duration(d), n)
+			return
 		}
 		s := iv.Next(at)
 		switch {

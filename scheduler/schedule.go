@@ -1,6 +1,9 @@
 package scheduler
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Schedule yields the slots of a job: Next returns the first slot strictly
 // after t, or the zero time when there is none (the job is then done).
@@ -30,7 +33,9 @@ func Every(d time.Duration) Interval { return Interval{d: d} }
 func (iv Interval) Duration() time.Duration { return iv.d }
 
 // Next returns the first multiple of the interval since the Unix epoch
-// strictly after t (wall clock), or the zero time for an invalid interval.
+// strictly after t (wall clock), or the zero time (no further slot) for an
+// invalid interval or when that slot lies beyond what UnixNano can hold
+// (after 2262-04-11): never a wrapped-around instant before t.
 func (iv Interval) Next(t time.Time) time.Time {
 	if iv.d <= 0 || iv.d > MaxInterval {
 		return time.Time{}
@@ -40,6 +45,9 @@ func (iv Interval) Next(t time.Time) time.Time {
 	q := n / d
 	if n < 0 && n%d != 0 {
 		q-- // floor for instants before the epoch
+	}
+	if q >= math.MaxInt64/d {
+		return time.Time{} // (q+1)*d would overflow
 	}
 	return time.Unix(0, (q+1)*d)
 }
