@@ -30,9 +30,9 @@ import (
 //     runs again, the same store acquires.
 //   - WaitReplicasReplyLost: the same acquisition with its reply cut
 //     after the primary committed it must not give an Active handle
-//     either. It does today (a known defect, see the subtest): the test
-//     skips when it sees it, and turns into its regression test once the
-//     skip is replaced by an error.
+//     either: the store refuses adoption (leaseapi.Adopter), so the call
+//     fails with ErrAmbiguousOutcome. This once failed open; it is the
+//     regression test.
 //   - Async: without WaitReplicas, client x acquires a key a few times with
 //     every grant replicated, then twice more while the replication link is
 //     cut (tokens N-1 and N; each write accepted by the fenced resource).
