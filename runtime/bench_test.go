@@ -99,7 +99,10 @@ func liveBytes() (heap, stack uint64) {
 // memory backend (real clock, TTL 30s, RenewEvery 10s: 10,000 renewals/s)
 // and reports the memory each managed lease costs (heap + stacks), the CPU
 // time each renewal costs and the renewal rate. Each b.N iteration is one
-// renewal period (10s) of steady state.
+// renewal period (10s) of steady state. Run it as one call per process
+// (-benchtime 1x): a second call in the same process reuses the first's
+// goroutine structures and inherits the runtime's adaptive initial stack
+// size from its mass Close, and so measures something else.
 func BenchmarkManaged100k(b *testing.B) {
 	const n = 100_000
 	store, _ := memory.New(memory.Options{})
