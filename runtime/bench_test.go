@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -62,18 +63,38 @@ func BenchmarkTryAcquireReleaseParallel(b *testing.B) {
 	})
 }
 
-// countingBackend counts successful renewals.
+// countingBackend counts successful renewals and signals when their count
+// reaches a target, so the benchmark waits on renewals, not on a clock.
 type countingBackend struct {
 	leaseapi.Backend
 	renewals atomic.Int64
+
+	mu      sync.Mutex
+	target  int64
+	reached chan struct{}
 }
 
 func (cb *countingBackend) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	r, err := cb.Backend.Renew(ctx, rec, ttl)
 	if err == nil {
-		cb.renewals.Add(1)
+		n := cb.renewals.Add(1)
+		cb.mu.Lock()
+		if cb.reached != nil && n >= cb.target {
+			close(cb.reached)
+			cb.reached = nil
+		}
+		cb.mu.Unlock()
 	}
 	return r, err
+}
+
+// after returns a channel closed once n more renewals have succeeded.
+func (cb *countingBackend) after(n int64) <-chan struct{} {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	ch := make(chan struct{})
+	cb.target, cb.reached = cb.renewals.Load()+n, ch
+	return ch
 }
 
 // NeverBlocks forwards the memory store's answer, so the benchmark measures
@@ -99,7 +120,8 @@ func liveBytes() (heap, stack uint64) {
 // memory backend (real clock, TTL 30s, RenewEvery 10s: 10,000 renewals/s)
 // and reports the memory each managed lease costs (heap + stacks), the CPU
 // time each renewal costs and the renewal rate. Each b.N iteration is one
-// renewal period (10s) of steady state. Run it as one call per process
+// renewal round (every lease renewed once: one RenewEvery, 10s) of steady
+// state. Run it as one call per process
 // (-benchtime 1x): a second call in the same process reuses the first's
 // goroutine structures and inherits the runtime's adaptive initial stack
 // size from its mass Close, and so measures something else.
@@ -137,12 +159,14 @@ func BenchmarkManaged100k(b *testing.B) {
 		handles[i] = h
 	}
 	setupHeap, setupStack := liveBytes()
-	// Let the renewals reach steady state, then measure whole seconds.
-	time.Sleep(11 * time.Second)
+	// Reach steady state (every lease renewed once), then measure whole
+	// renewal rounds: each b.N iteration waits for n more renewals, one
+	// RenewEvery period of the steady state.
+	<-cb.after(n)
 	b.ResetTimer()
 	r0, cpu0, t0 := cb.renewals.Load(), cpuTime(), time.Now()
 	for range b.N {
-		time.Sleep(p.RenewEvery())
+		<-cb.after(n)
 	}
 	renewals := cb.renewals.Load() - r0
 	cpu := cpuTime() - cpu0
