@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	vk "github.com/valkey-io/valkey-go"
 )
 
 // newRedis starts a private server for one test, skipping when the
@@ -124,19 +126,30 @@ func TestRedisReplica(t *testing.T) {
 	t.Parallel()
 	master := newRedis(t, RedisOptions{Args: []string{"--repl-diskless-sync-delay", "0"}})
 	replica := newRedis(t, RedisOptions{ReplicaOf: master.Addr()})
-	if _, err := master.Do("SET", "k", "v"); err != nil {
+	// SET and WAIT on one connection: WAIT returns once the replica has
+	// acknowledged that connection's writes (or after its 10s timeout), so
+	// the test waits on the replication event itself, not on a poll.
+	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{master.Addr()}, DisableCache: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := replica.Do("GET", "k")
-		if err == nil && got == "v" {
-			break
+	defer c.Close()
+	err = c.Dedicated(func(d vk.DedicatedClient) error {
+		r := d.DoMulti(t.Context(), d.B().Set().Key("k").Value("v").Build(), d.B().Wait().Numreplicas(1).Timeout(10000).Build())
+		if err := r[0].Error(); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica GET = %q, %v after 10s; want v", got, err)
+		n, err := r[1].AsInt64()
+		if err == nil && n < 1 {
+			t.Errorf("WAIT 1: %d replicas acknowledged within 10s", n)
 		}
-		time.Sleep(pollEvery) // bounded poll for replication, not ordering goroutines
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := replica.Do("GET", "k"); err != nil || got != "v" {
+		t.Fatalf("replica GET after WAIT = %q, %v; want v", got, err)
 	}
 	if _, err := replica.Do("SET", "k", "w"); err == nil {
 		t.Error("SET on a replica succeeded")
