@@ -283,6 +283,53 @@ func (w *world) fatal(format string, args ...any) {
 	w.t.FailNow()
 }
 
+// holdManaged makes the named client acquire k at once and start managed
+// renewal; either failing ends the scenario.
+func (w *world) holdManaged(name string, k leaseapi.Key) *runtime.Handle {
+	c := w.client(name)
+	h, err := c.c.TryAcquire(context.Background(), k, w.policy)
+	if err != nil {
+		w.fatal("%s: TryAcquire: %v", name, err)
+	}
+	w.granted(h)
+	if _, err := h.StartManaged(context.Background()); err != nil {
+		w.fatal("%s: StartManaged: %v", name, err)
+	}
+	return h
+}
+
+// contend starts one goroutine per name: its client waits for k, holds it
+// under managed renewal and writes (while admitted) every 20ms until the
+// handle ends or, with limit > 0, limit has passed; then it releases. The
+// returned WaitGroup waits for all of them.
+func (w *world) contend(k leaseapi.Key, names []string, limit time.Duration) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		c := w.client(name)
+		wg.Go(func() {
+			h, err := c.c.Acquire(context.Background(), k, w.policy)
+			if err != nil {
+				return
+			}
+			w.granted(h)
+			if _, err := h.StartManaged(context.Background()); err != nil {
+				w.problem("%s: StartManaged: %v", c.name, err)
+			}
+			end := time.Now().Add(limit)
+			for !h.State().Terminal() && (limit <= 0 || time.Now().Before(end)) {
+				if w.admit(h) {
+					_ = w.write(h, c.name)
+				}
+				pause(context.Background(), 20*time.Millisecond)
+			}
+			if !h.State().Terminal() {
+				w.release(h)
+			}
+		})
+	}
+	return &wg
+}
+
 // granted records a handle's grant in the history and checks at once that
 // its deadline is within the trust bound.
 func (w *world) granted(h *runtime.Handle) {

@@ -755,35 +755,8 @@ func TestSimClockSkewDetected(t *testing.T) {
 		w.setStore(memory.Options{Clock: simtest.NewSkewedClock(nil, w.between(-time.Hour, time.Hour), rate)})
 		w.note("backend clock rate %.4f (outside the model)", rate)
 		k := leaseapi.MustKey("sc10", "detect")
-		a := w.client("a")
-		h, err := a.c.TryAcquire(context.Background(), k, w.policy)
-		if err != nil {
-			w.fatal("TryAcquire: %v", err)
-		}
-		w.granted(h)
-		if _, err := h.StartManaged(context.Background()); err != nil {
-			w.fatal("StartManaged: %v", err)
-		}
-		var wg sync.WaitGroup
-		for _, name := range []string{"b", "c"} {
-			c := w.client(name)
-			wg.Go(func() {
-				hb, err := c.c.Acquire(context.Background(), k, w.policy)
-				if err != nil {
-					return
-				}
-				w.granted(hb)
-				if _, err := hb.StartManaged(context.Background()); err != nil {
-					w.problem("%s: StartManaged: %v", c.name, err)
-				}
-				for !hb.State().Terminal() {
-					if w.admit(hb) {
-						_ = w.write(hb, c.name)
-					}
-					pause(context.Background(), 20*time.Millisecond)
-				}
-			})
-		}
+		h := w.holdManaged("a", k)
+		wg := w.contend(k, []string{"b", "c"}, 0)
 		var flagged bool
 		waitFor(3*w.policy.TTL(), 10*time.Millisecond, func() bool {
 			if w.admit(h) {
@@ -872,36 +845,8 @@ func TestSimClockJump(t *testing.T) {
 		w.setStore(memory.Options{Clock: clk})
 		w.note("backend clock jumps %v at +%v", jump, at)
 		k := leaseapi.MustKey("sc10", "jump")
-		a := w.client("a")
-		h, err := a.c.TryAcquire(context.Background(), k, w.policy)
-		if err != nil {
-			w.fatal("TryAcquire: %v", err)
-		}
-		w.granted(h)
-		if _, err := h.StartManaged(context.Background()); err != nil {
-			w.fatal("StartManaged: %v", err)
-		}
-		var wg sync.WaitGroup
-		for _, name := range []string{"b", "c"} {
-			c := w.client(name)
-			wg.Go(func() {
-				hb, err := c.c.Acquire(context.Background(), k, w.policy)
-				if err != nil {
-					return
-				}
-				w.granted(hb)
-				if _, err := hb.StartManaged(context.Background()); err != nil {
-					w.problem("%s: StartManaged: %v", c.name, err)
-				}
-				for end := time.Now().Add(2 * w.policy.TTL()); !hb.State().Terminal() && time.Now().Before(end); {
-					if w.admit(hb) {
-						_ = w.write(hb, c.name)
-					}
-					pause(context.Background(), 20*time.Millisecond)
-				}
-				w.release(hb)
-			})
-		}
+		h := w.holdManaged("a", k)
+		wg := w.contend(k, []string{"b", "c"}, 2*w.policy.TTL())
 		start := time.Now()
 		jumped := false
 		waitFor(4*w.policy.TTL(), 10*time.Millisecond, func() bool {
