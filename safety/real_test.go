@@ -327,6 +327,18 @@ func (e *realEnv) write(h *runtime.Handle, v string) error {
 	return e.resource(h.Key()).Write(h.Owner(), h.Token(), v, time.Now())
 }
 
+// acquire makes c acquire k at once and records the grant; failing to
+// acquire fails the test.
+func (e *realEnv) acquire(c *realClient, k leaseapi.Key) *runtime.Handle {
+	e.t.Helper()
+	h, err := c.c.TryAcquire(context.Background(), k, e.policy)
+	if err != nil {
+		e.t.Fatalf("%s: TryAcquire: %v", c.name, err)
+	}
+	e.granted(h)
+	return h
+}
+
 func (e *realEnv) granted(h *runtime.Handle) {
 	e.hist.Grant(h.Key(), h.Owner(), h.Token(), time.Now())
 }
@@ -412,11 +424,7 @@ func TestRealRenewReplyLost(t *testing.T) {
 		a := e.client("a")
 		direct := e.openStore("").(leaseapi.Inspector)
 		ctx := context.Background()
-		h, err := a.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("TryAcquire: %v", err)
-		}
-		e.granted(h)
+		h := e.acquire(a, k)
 		// Warm the renew and validate statements or scripts on the
 		// connection, so that the cut hits the renewal itself.
 		if err := h.Renew(ctx); err != nil {
@@ -481,11 +489,7 @@ func TestRealPartition(t *testing.T) {
 		k := leaseapi.MustKey("sc6", "k")
 		a, b := e.client("a"), e.client("b")
 		ctx := context.Background()
-		h, err := a.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("TryAcquire: %v", err)
-		}
-		e.granted(h)
+		h := e.acquire(a, k)
 		m, err := h.StartManaged(ctx)
 		if err != nil {
 			t.Fatalf("StartManaged: %v", err)
@@ -537,12 +541,7 @@ func TestRealPartition(t *testing.T) {
 		case <-time.After(time.Second):
 			t.Errorf("Loss channel not closed")
 		}
-		hb, err := b.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("b after the heal: %v", err)
-		}
-
-		e.granted(hb)
+		hb := e.acquire(b, k)
 		if hb.Token() <= h.Token() {
 			t.Errorf("b's token %d not above a's %d", hb.Token(), h.Token())
 		}
@@ -577,14 +576,11 @@ func TestRealPausedHolder(t *testing.T) {
 		k := leaseapi.MustKey("sc2", "k")
 		a, b := e.client("a"), e.client("b")
 		ctx := context.Background()
-		h, err := a.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("TryAcquire: %v", err)
-		}
-		e.granted(h)
+		h := e.acquire(a, k)
 		managed := t.Name()[len(t.Name())-1]%2 == 0 // reps 0 and 2 managed
 		var m *runtime.Managed
 		if managed {
+			var err error
 			if m, err = h.StartManaged(ctx); err != nil {
 				t.Fatalf("StartManaged: %v", err)
 			}
@@ -1000,11 +996,7 @@ func TestRealReleaseReplyLost(t *testing.T) {
 			t.Fatalf("warm TryAcquire: %v", err)
 		}
 		_ = warm.Release(ctx)
-		ha, err := a.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("a: TryAcquire: %v", err)
-		}
-		e.granted(ha)
+		ha := e.acquire(a, k)
 		if e.admit(ha) {
 			_ = e.write(ha, "a")
 		}
@@ -1019,11 +1011,7 @@ func TestRealReleaseReplyLost(t *testing.T) {
 		if _, held, err := direct.Inspect(ctx, k); err != nil || held {
 			t.Fatalf("server after the cut release: held %v (%v): the release did not commit, the scenario did not happen", held, err)
 		}
-		hb, err := b.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("b: TryAcquire: %v", err)
-		}
-		e.granted(hb)
+		hb := e.acquire(b, k)
 		if hb.Token() <= ha.Token() {
 			t.Errorf("b's token %d not above a's %d", hb.Token(), ha.Token())
 		}
@@ -1073,11 +1061,7 @@ func TestRealDeferredExecution(t *testing.T) {
 		a, b, c := e.client("a"), e.client("b"), e.client("c")
 		direct := e.openStore("").(leaseapi.Inspector)
 		ctx := context.Background()
-		h, err := a.c.TryAcquire(ctx, k, e.policy)
-		if err != nil {
-			t.Fatalf("a: TryAcquire: %v", err)
-		}
-		e.granted(h)
+		h := e.acquire(a, k)
 		if err := h.Renew(ctx); err != nil { // warm the renewal
 			t.Fatalf("a: warm Renew: %v", err)
 		}
