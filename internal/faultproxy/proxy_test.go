@@ -139,10 +139,7 @@ func TestPass(t *testing.T) {
 }
 
 func TestHalfClosePropagates(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	_, p, c := setup(t)
 	write(t, c, "bye")
 	if err := c.CloseWrite(); err != nil {
 		t.Fatal(err)
@@ -155,10 +152,7 @@ func TestHalfClosePropagates(t *testing.T) {
 }
 
 func TestDelay(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	_, p, c := setup(t)
 	const d = 50 * time.Millisecond
 	p.Delay(d, 10*time.Millisecond)
 	start := time.Now()
@@ -168,11 +162,18 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-func TestPassReleasesDelayedChunk(t *testing.T) {
+// setup is every connection test's start: a parallel test, an echo server,
+// a proxy to it and one client connection through the proxy.
+func setup(t *testing.T) (*echoServer, *Proxy, *net.TCPConn) {
+	t.Helper()
 	t.Parallel()
 	e := newEcho(t)
 	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	return e, p, dial(t, p.Addr())
+}
+
+func TestPassReleasesDelayedChunk(t *testing.T) {
+	_, p, c := setup(t)
 	p.Delay(time.Hour, 0)
 	write(t, c, "held")
 	p.Pass() // the chunk held by Delay goes at once
@@ -180,10 +181,7 @@ func TestPassReleasesDelayedChunk(t *testing.T) {
 }
 
 func TestBlackholeDiscards(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	e, p, c := setup(t)
 	roundTrip(t, c, "before")
 	<-e.got
 
@@ -215,10 +213,7 @@ func TestBlackholeDiscards(t *testing.T) {
 }
 
 func TestBlackholeDiscardsDelayedChunk(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	_, p, c := setup(t)
 	p.Delay(time.Hour, 0)
 	write(t, c, "held")
 	waitFor(t, p, "the connection", func(s Stats) bool { return s.Open == 1 })
@@ -229,10 +224,7 @@ func TestBlackholeDiscardsDelayedChunk(t *testing.T) {
 }
 
 func TestCutAfterRequest(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	e, p, c := setup(t)
 	roundTrip(t, c, "warm")
 	<-e.got
 
@@ -262,10 +254,7 @@ func TestCutAfterRequest(t *testing.T) {
 }
 
 func TestCutWaitsOutBlackhole(t *testing.T) {
-	t.Parallel()
-	e := newEcho(t)
-	p := newProxy(t, e.addr())
-	c := dial(t, p.Addr())
+	_, p, c := setup(t)
 	p.Blackhole()
 	done := p.CutAfterRequest()
 	write(t, c, "dropped")
