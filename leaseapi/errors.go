@@ -149,6 +149,11 @@ func ContextError(op string, ctxErr error) error {
 	return Wrap(ctxErr, op)
 }
 
+// ContextCause returns context.DeadlineExceeded or context.Canceled if err
+// matches one of them (through any wrapping), and nil otherwise: the test
+// backends use to tell a context ending from any other failure.
+func ContextCause(err error) error { return ctxCause(err) }
+
 // ctxCause returns the context error err matches, or nil.
 func ctxCause(err error) error {
 	switch {

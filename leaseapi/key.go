@@ -89,6 +89,11 @@ func (k Key) Check() error {
 	return nil
 }
 
+// CleanText reports whether s is valid UTF-8 without ASCII control bytes or
+// DEL: the rule for key parts and owner ids, which backends also apply to
+// names of their own (cache names, prefixes).
+func CleanText(s string) bool { return cleanText(s) }
+
 // cleanText reports valid UTF-8 without ASCII control bytes or DEL.
 func cleanText(s string) bool {
 	if !utf8.ValidString(s) {

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"errors"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,7 +47,7 @@ func classify(err error, mutation bool) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	ctxErr := contextCause(err)
+	ctxErr := leaseapi.ContextCause(err)
 	if errors.As(err, &pgErr) {
 		if pgErr.Code == "57014" && ctxErr != nil && !mutation {
 			return leaseapi.ContextError("", ctxErr) // our own cancel request
@@ -114,14 +113,4 @@ func classifyPg(e *pgconn.PgError, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrInvalidState, "value out of range")
 	}
 	return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "statement failed, not applied")
-}
-
-func contextCause(err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return context.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return context.Canceled
-	}
-	return nil
 }

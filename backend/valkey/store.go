@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -225,23 +224,10 @@ func (s *Store) CacheKey(k leaseapi.Key, name string) (string, error) {
 	if err := k.Check(); err != nil {
 		return "", leaseapi.Wrap(err, op)
 	}
-	if name == "" || len(name) > MaxCacheNameBytes || !cleanText(name) {
+	if name == "" || len(name) > MaxCacheNameBytes || !leaseapi.CleanText(name) {
 		return "", leaseapi.NewError(op, leaseapi.ErrInvalidState, "invalid cache name")
 	}
 	return s.tag(k) + ":cache:" + name, nil
-}
-
-// cleanText reports valid UTF-8 without ASCII control bytes or DEL.
-func cleanText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func micros(ttl time.Duration) string { return strconv.FormatInt(ttl.Microseconds(), 10) }
