@@ -127,7 +127,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		c.owners = leaseapi.RandomOwners{}
 	}
 	if c.sleeper == nil {
-		c.sleeper = clockSleeper{c.clk}
+		c.sleeper = NewSleeper(c.clk)
 	}
 	if c.retry == nil {
 		c.retry = leaseapi.RandomJitter{}
@@ -287,6 +287,16 @@ func (c *Client) opContext(ctx context.Context, p leaseapi.Policy) (context.Cont
 		return ctx, func() {}
 	}
 	return c.clk.WithTimeout(ctx, p.OperationTimeout())
+}
+
+// NewSleeper returns the default leaseapi.Sleeper: a timer on clk (nil:
+// the real clock), woken early by wake. Wrap it to observe or shape
+// acquisition pauses without re-implementing them.
+func NewSleeper(clk clock.Clock) leaseapi.Sleeper {
+	if clk == nil {
+		clk = clock.New()
+	}
+	return clockSleeper{clk}
 }
 
 // clockSleeper is the default Sleeper: a timer on the client's clock.

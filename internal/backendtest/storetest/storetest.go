@@ -39,16 +39,7 @@ func (s SignalSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan s
 	case s.Sleeping <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return runtime.NewSleeper(nil).Sleep(ctx, d, wake)
 }
 
 // NewClient returns a runtime client on b, closed (bounded by 5s) when tb
