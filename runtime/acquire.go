@@ -48,7 +48,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	case p.Check() != nil:
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "zero policy")
 	}
-	if c.isClosed() {
+	if c.life.Err() != nil { // closing: fail fast without the registry lock
 		return nil, errClosed(op)
 	}
 	if c.waiters.Add(1) > c.maxWaiters {
@@ -114,12 +114,6 @@ func retryable(err error) bool {
 		return true
 	}
 	return false
-}
-
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
 }
 
 // closedOr replaces err by "client closed" when the client closed under it.

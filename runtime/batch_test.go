@@ -129,3 +129,53 @@ func TestBatchedRenewalTimesOutAmbiguous(t *testing.T) {
 		wantState(t, "after a timed-out batch", h, leaseapi.StateUncertain)
 	})
 }
+
+// hangingBatches blocks every RenewBatch until its context ends.
+type hangingBatches struct{ *batchingBackend }
+
+func (h hangingBatches) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	<-ctx.Done()
+	out := make([]leaseapi.RenewResult, len(reqs))
+	for i := range out {
+		out[i].Err = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "")
+	}
+	return out
+}
+
+// TestCloseWithBatchInFlight: Close while the batcher waits on a hanging
+// backend returns, releases, and leaves no goroutine (the bubble checks).
+func TestCloseWithBatchInFlight(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		c, err := runtime.NewClient(hangingBatches{&batchingBackend{s: store}}, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := basicPolicy(t)
+		var hs []*runtime.Handle
+		for i := range 5 {
+			h := mustAcquire(t, c, testKey(t, fmt.Sprint("close-batch-", i)), p)
+			if _, err := h.StartManaged(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+		}
+		simtest.Advance(p.RenewEvery() + time.Millisecond) // renewals are stuck in a batch
+		for _, h := range hs {
+			if h.State() != leaseapi.StateActive {
+				t.Fatalf("state while the batch hangs: %v", h.State())
+			}
+		}
+		if err := c.Close(t.Context()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		for i, h := range hs {
+			if h.State() != leaseapi.StateReleased {
+				t.Fatalf("handle %d after Close: %v, want released", i, h.State())
+			}
+			if _, held, _ := store.Inspect(t.Context(), h.Key()); held {
+				t.Fatalf("handle %d still held on the backend after Close", i)
+			}
+		}
+	})
+}
