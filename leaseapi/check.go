@@ -50,10 +50,18 @@ func CheckAcquire(ctx context.Context, op string, key Key, owner string, ttl tim
 // Wrap(rec.Check(), op) ([ErrInvalidState] for a record that cannot name a
 // grant).
 func CheckRecord(ctx context.Context, op string, rec Record) error {
+	return checkRecord(ctx, op, &rec)
+}
+
+// checkRecord is CheckRecord through a pointer. CheckRecord inlines into a
+// call of it, which keeps a backend call's stack small: the memory
+// backend's whole call chain then fits in a lease actor's minimum
+// goroutine stack (see supervisor's callBackend).
+func checkRecord(ctx context.Context, op string, rec *Record) error {
 	if err := CheckContext(ctx, op); err != nil {
 		return err
 	}
-	return Wrap(rec.Check(), op)
+	return Wrap(rec.check(), op)
 }
 
 // CheckRenew is the check of [Backend.Renew]: [CheckContext], then

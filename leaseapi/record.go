@@ -36,7 +36,11 @@ type Record struct {
 
 // Check returns [ErrInvalidState] when r cannot name a grant: zero key,
 // invalid owner id or zero token.
-func (r Record) Check() error {
+func (r Record) Check() error { return r.check() }
+
+// check is Check through a pointer, for the checks below that would
+// otherwise copy the whole record to check three fields.
+func (r *Record) check() error {
 	if err := r.Key.Check(); err != nil {
 		return err
 	}
