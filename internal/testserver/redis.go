@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -156,6 +157,14 @@ func (s *RedisServer) Addr() string { return Addr(s.port) }
 
 // Dir returns the server's working directory (AOF, RDB, server.log).
 func (s *RedisServer) Dir() string { return s.dir }
+
+// AppendOnlyDir returns the directory of the server's append-only file
+// (the manifest and its base and incremental files), which exists only
+// with RedisOptions.AppendOnly. Tests read it as the server's own record
+// of every write it applied (internal/serveraudit); pass
+// "--auto-aof-rewrite-percentage", "0" in RedisOptions.Args so that no
+// rewrite folds that history into a snapshot.
+func (s *RedisServer) AppendOnlyDir() string { return filepath.Join(s.dir, "appendonlydir") }
 
 // Do sends one command on a fresh connection (bounded by 5s) and returns a
 // simple, bulk or integer reply as text; an error reply is an error. It is a
