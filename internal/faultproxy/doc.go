@@ -1,7 +1,8 @@
 // Package faultproxy is an in-process TCP proxy that injects network faults
 // between a client under test and a real server (Valkey, PostgreSQL): delay,
 // a blackhole (a partition), a reply lost after the request committed,
-// refused and reset connections. It knows no protocol: it forwards chunks of
+// refused and reset connections, and a client that vanishes without the
+// server noticing (Detach). It knows no protocol: it forwards chunks of
 // bytes as they are read. Only tests import it.
 //
 // # Use
@@ -21,11 +22,16 @@
 //
 // A mode applies to every open connection and every future one, from the
 // next chunk on, until another mode is set: Pass (the default), Delay,
-// Blackhole, Refuse. CutAfterRequest is not a mode but a one-shot arm that
+// Blackhole, Refuse, Detach. Detach also acts once on the open connections:
+// it resets their client sides and keeps their server sides open, draining
+// whatever the server sends later, so a request the server held back (a
+// paused Valkey, a PostgreSQL statement waiting for a row lock) still runs,
+// with no client left to hear it. CutAfterRequest is not a mode but a one-shot arm that
 // fires on top of the mode (in Blackhole or Refuse nothing is forwarded, so
 // an armed cut waits). ResetAll acts once on the open connections.
 //
-// Teardown propagates in every mode: when one side closes its write half
+// Teardown propagates in every mode (except on a detached connection, whose
+// whole point is that the client's end never reaches the server): when one side closes its write half
 // the proxy closes the other side's write half, and a connection ends when
 // both directions have ended, so a client that closes never leaks a server
 // connection.

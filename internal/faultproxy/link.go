@@ -36,6 +36,11 @@ type link struct {
 
 	resetOnce sync.Once
 
+	// detached is set by detach before it resets the client side: from
+	// then on the server side is drained, never written or closed, until
+	// the server ends it or reset runs.
+	detached atomic.Bool
+
 	cutPending atomic.Bool   // a cut request went to the server on this link
 	cutDone    chan struct{} // the claimed cut's channel; written before cutPending is set
 	cutOnce    sync.Once
@@ -90,18 +95,30 @@ func (l *link) pump(dir direction, src, dst *net.TCPConn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 && !l.deliver(dir, buf[:n], dst) {
-			l.reset()
+			l.end(dir)
 			return
 		}
 		if errors.Is(err, io.EOF) {
-			_ = dst.CloseWrite()
+			if dir == toClient || !l.detached.Load() {
+				_ = dst.CloseWrite()
+			}
 			return
 		}
 		if err != nil {
-			l.reset()
+			l.end(dir)
 			return
 		}
 	}
+}
+
+// end finishes a pump that failed: it resets the link, except the
+// client-to-server pump of a detached link, whose end must not reach the
+// server.
+func (l *link) end(dir direction) {
+	if dir == toServer && l.detached.Load() {
+		return
+	}
+	l.reset()
 }
 
 // deliver applies the current mode to one chunk. It returns false when the
@@ -109,9 +126,16 @@ func (l *link) pump(dir direction, src, dst *net.TCPConn) {
 func (l *link) deliver(dir direction, chunk []byte, dst *net.TCPConn) bool {
 	p := l.p
 	for {
+		if l.detached.Load() {
+			if dir == toServer {
+				return false // the client is gone; nothing more reaches the server
+			}
+			p.count(func(s *Stats) { s.Dropped += int64(len(chunk)) })
+			return true
+		}
 		s := p.current()
 		switch s.mode {
-		case modeBlackhole, modeRefuse:
+		case modeBlackhole, modeRefuse, modeDetach:
 			p.count(func(s *Stats) { s.Dropped += int64(len(chunk)) })
 			return true
 		case modeDelay:
@@ -159,6 +183,10 @@ func (l *link) forward(dir direction, chunk []byte, dst *net.TCPConn) bool {
 			return false
 		}
 		if _, err := dst.Write(chunk); err != nil {
+			if l.detached.Load() { // detached during the write: drain from now on
+				p.count(func(s *Stats) { s.Dropped += int64(len(chunk)) })
+				return true
+			}
 			return false
 		}
 		p.count(func(s *Stats) { s.ToClient += int64(len(chunk)) })
@@ -180,6 +208,19 @@ func (l *link) reset() {
 			resetConn(sc)
 		}
 	})
+}
+
+// detach resets the client side only; see Proxy.Detach. A link already
+// reset stays reset.
+func (l *link) detach() {
+	l.mu.Lock()
+	isReset := l.isReset
+	l.mu.Unlock()
+	if isReset {
+		return
+	}
+	l.detached.Store(true)
+	resetConn(l.client)
 }
 
 // fireCut closes the claimed cut's channel, once, if this link claimed one.

@@ -20,6 +20,7 @@ const (
 	modeDelay                 // forward after delay + up to jitter
 	modeBlackhole             // read and discard, both ways
 	modeRefuse                // reset new connections at once
+	modeDetach                // refuse new connections; open ones were detached
 )
 
 // setting is one mode with its parameters, and the channel closed when it is
@@ -143,6 +144,31 @@ func (p *Proxy) Refuse() {
 	p.ResetAll()
 }
 
+// Detach models a client whose abort never reaches the server: every open
+// connection's client side is reset now (the client sees ECONNRESET), while
+// its server side stays open. Nothing more is sent to the server on it (not
+// even the end of the stream), and whatever the server sends from then on
+// (the late replies to requests it had already received) is read and
+// discarded, counted in Stats.Dropped, until the server closes it, ResetAll
+// or Close. New connections are refused (reset at once) until the mode
+// changes, so that nothing the client sends afterwards (a reconnection, a
+// PostgreSQL cancel request) reaches the server either. Connections stay
+// detached when the mode changes.
+//
+// A server that holds a request back (Valkey's CLIENT PAUSE, a PostgreSQL
+// statement waiting for a row lock) thus executes it later, with no client
+// left to hear the outcome: WaitFor a rise in Dropped tells when it replied.
+func (p *Proxy) Detach() {
+	p.setMode(modeDetach, 0, 0)
+	p.mu.Lock()
+	links := p.snapshotLinks()
+	p.mu.Unlock()
+	p.count(func(s *Stats) { s.Detached += int64(len(links)) })
+	for _, l := range links {
+		l.detach()
+	}
+}
+
 // ResetAll resets every open connection now (the client sees ECONNRESET,
 // the server a reset too); the mode is unchanged and new connections are
 // accepted as the mode says.
@@ -191,10 +217,11 @@ type Stats struct {
 	Refused  int64 // connections reset at once because of Refuse, or because the target could not be dialled
 	Open     int   // connections open now
 	Resets   int64 // connections reset by ResetAll and Refuse
+	Detached int64 // connections detached by Detach
 	Cuts     int64 // cuts fired
 	ToServer int64 // bytes forwarded from clients to the server
 	ToClient int64 // bytes forwarded from the server to clients
-	Dropped  int64 // bytes read and discarded (Blackhole, swallowed replies)
+	Dropped  int64 // bytes read and discarded (Blackhole, swallowed and detached replies)
 }
 
 // Stats returns a consistent snapshot of the counters. A chunk is counted
@@ -290,7 +317,7 @@ func (p *Proxy) accept() {
 
 		p.mu.Lock()
 		p.stats.Accepted++
-		if p.closed || p.set.mode == modeRefuse {
+		if p.closed || p.set.mode == modeRefuse || p.set.mode == modeDetach {
 			p.stats.Refused++
 			p.notifyLocked()
 			p.mu.Unlock()
