@@ -144,9 +144,11 @@ func (s *Supervisor) handle(r request) reply {
 // transition and publishes the result.
 func (s *Supervisor) step(ev event) error {
 	v := s.view.Load()
-	call, rep := plan(v, ev, s.cfg.Clock.Now())
+	now := s.cfg.Clock.Now()
+	call, rep := plan(v, ev, now)
 	out := newOutcome()
 	if call {
+		out.sentAt = now // read before the call is sent, as it must be
 		s.callBackend(s.cfg.Life, ev, v, out)
 	}
 	rep = s.settle(v, ev, out, call, rep)
@@ -173,7 +175,8 @@ func (s *Supervisor) settle(v *View, ev event, out *outcome, call bool, rep erro
 	return rep
 }
 
-// callBackend makes the one backend call of a step into out, bounded by
+// callBackend makes the one backend call of a step into out (whose sentAt
+// the caller has set to a local clock reading taken before it), bounded by
 // the policy's OperationTimeout and, for renew and validate, by the
 // remaining trust: a reply after the deadline could not restore admission
 // anyway. Its frame is kept small (the timeout and the error wrapping are
@@ -183,7 +186,7 @@ func (s *Supervisor) settle(v *View, ev event, out *outcome, call bool, rep erro
 // no runtime.newstack when it does not.
 func (s *Supervisor) callBackend(parent context.Context, ev event, v *View, out *outcome) {
 	s.called = true
-	out.called, out.sentAt = true, s.cfg.Clock.Now()
+	out.called = true
 	ctx, cancel := parent, context.CancelFunc(nil)
 	if !s.cfg.Unbounded {
 		ctx, cancel = s.opContext(parent, ev, v.Deadline, out.sentAt)
@@ -306,6 +309,7 @@ func (s *Supervisor) closeLease() {
 		ctx = s.cfg.CloseContext()
 	}
 	out := newOutcome()
+	out.sentAt = s.cfg.Clock.Now()
 	s.callBackend(ctx, evClose, v, out)
 	next := new(View)
 	*next = *v
