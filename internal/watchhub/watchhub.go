@@ -122,7 +122,19 @@ func (h *Hub[K, V]) remove(k K, w *watch[V]) {
 func (h *Hub[K, V]) Notify(k K) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for w := range h.watches[k] {
+	if set := h.watches[k]; len(set) > 0 {
+		wakeAll(set)
+	}
+}
+
+// wakeAll wakes every watch in set. It is out of line, and Notify skips it
+// for a key nobody watches, because a map iterator's frame is large: a
+// backend calls Notify from a lease actor's small stack (see supervisor's
+// callBackend), and should not grow it for a key with no watchers.
+//
+//go:noinline
+func wakeAll[V any](set map[*watch[V]]struct{}) {
+	for w := range set {
 		wake(w.ch)
 	}
 }
