@@ -34,7 +34,10 @@ type unit struct {
 // renew script and the pipeline is split per node: one round trip per node.
 // EVALSHA is resent as EVAL only for the calls answered NOSCRIPT (which did
 // not run). A call whose reply is lost fails its elements with
-// [leaseapi.ErrAmbiguousOutcome]. Never retried.
+// [leaseapi.ErrAmbiguousOutcome]. Never retried. Every call carries the
+// not-after bound of ctx's deadline, as Renew's does; a call the server
+// runs past it writes nothing and fails its elements with
+// [leaseapi.ErrBackendUnavailable].
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
@@ -47,16 +50,18 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 		chunk = 1
 		src, sha = srcRenew, shaRenew
 	}
+	na, sent := s.clock.bound(ctx)
 	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
 	for start := 0; start < len(valid); start += chunk {
 		elems := valid[start:min(start+chunk, len(valid))]
-		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems))}
+		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems)+1)}
 		for _, i := range elems {
 			r := reqs[i]
 			lk, _ := s.Keys(r.Record.Key)
 			u.keys = append(u.keys, lk)
 			u.args = append(u.args, r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL))
 		}
+		u.args = append(u.args, na) // srcRenew and srcRenewBatch alike: the last argument
 		units = append(units, u)
 	}
 
@@ -86,19 +91,41 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	for j, u := range units {
 		if chunk == 1 {
 			i := u.elems[0]
-			out[i].Record, out[i].Err = decodeRenew(res[j], reqs[i].Record, op)
+			out[i].Record, out[i].Err = s.decodeRenew(res[j], reqs[i].Record, op, sent)
 			continue
 		}
-		decodeBatch(res[j], u.elems, reqs, out, op)
+		vals, err := res[j].AsIntSlice()
+		if now, ok := batchTime(vals); ok && err == nil {
+			s.clock.observe(now, sent)
+		}
+		decodeBatch(vals, err, u.elems, reqs, out, op)
 	}
 	return out
 }
 
-// decodeBatch decodes a batch script's reply, three integers per element
-// (status, acquired, expires), into out.
-func decodeBatch(res vk.ValkeyResult, elems []int, reqs []leaseapi.RenewRequest, out []leaseapi.RenewResult, op string) {
-	vals, err := res.AsIntSlice()
-	if err == nil && len(vals) != 3*len(elems) {
+// batchTime returns the server time that a batch script's reply carries:
+// that of {statusLate, now}, or the acquisition time of its first renewed
+// element (all share one TIME reading). A batch that renewed nothing and was
+// not late carries none.
+func batchTime(vals []int64) (int64, bool) {
+	if len(vals) == 2 && vals[0] == statusLate {
+		return vals[1], true
+	}
+	for n := 0; n+2 < len(vals); n += 3 {
+		if vals[n] == statusOK {
+			return vals[n+1], true
+		}
+	}
+	return 0, false
+}
+
+// decodeBatch decodes a batch script's reply (vals, or the error of the
+// call), three integers per element (status, acquired, expires), or
+// {statusLate, now} for the whole call, into out.
+func decodeBatch(vals []int64, err error, elems []int, reqs []leaseapi.RenewRequest, out []leaseapi.RenewResult, op string) {
+	if err == nil && len(vals) == 2 && vals[0] == statusLate {
+		err = errLate(op)
+	} else if err == nil && len(vals) != 3*len(elems) {
 		err = protocolError(op, true)
 	} else if err != nil {
 		err = leaseapi.Wrap(classify(err, true), op)

@@ -34,7 +34,7 @@ type rawPair struct {
 
 func (r *rawPair) run(ctx context.Context, b *testing.B, k leaseapi.Key) {
 	lk, tk := r.s.Keys(k)
-	vals, err := r.acquire.Exec(ctx, r.c, []string{lk, tk}, []string{ownerA, strconv.FormatInt(benchTTL.Microseconds(), 10)}).AsIntSlice()
+	vals, err := r.acquire.Exec(ctx, r.c, []string{lk, tk}, []string{ownerA, strconv.FormatInt(benchTTL.Microseconds(), 10), "0"}).AsIntSlice()
 	if err != nil || len(vals) != 4 || vals[0] != 1 {
 		b.Fatalf("raw acquire: %v %v", vals, err)
 	}

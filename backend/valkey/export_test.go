@@ -1,5 +1,7 @@
 package valkey
 
+import "time"
+
 // Script sources for the raw baseline benchmarks, which run the same
 // scripts through valkey-go directly.
 var (
@@ -10,3 +12,19 @@ var (
 
 // Classify exposes classify to the table test of real driver errors.
 var Classify = classify
+
+// BoundAt returns the not-after bound (server µs; 0 for none) s would send
+// now for a call whose deadline is dl. Later calls return larger values
+// until s learns a new observation, so a test can take it as an upper bound
+// of what an earlier call sent.
+func BoundAt(s *Store, dl time.Time) int64 {
+	now, wall := s.clock.now()
+	return notAfter(s.clock.last.Load(), now, dl.Sub(wall))
+}
+
+// SkewClock shifts s's latest observation of the server's clock by d, as a
+// step of the server's clock by -d would leave it. s must have one.
+func SkewClock(s *Store, d time.Duration) {
+	obs := s.clock.last.Load()
+	s.clock.last.Store(&serverClock{server: obs.server + d.Microseconds(), sent: obs.sent})
+}

@@ -26,7 +26,13 @@ import (
 //     The "#!lua" shebang makes the server check OOM, replica and cluster
 //     slot constraints before the script runs instead of at its first write.
 //   - The result is an array whose first element is a status code
-//     (statusOK, statusContended, statusStale, statusGone).
+//     (statusOK, statusContended, statusStale, statusGone, statusFree,
+//     statusLate).
+//   - The scripts that grant or extend (acquire, renew, batched renew) take
+//     a not-after bound as their last argument: server time in
+//     microseconds, "0" for none. When the server's TIME is past it, the
+//     script writes nothing and returns {statusLate, now}; see notAfter in
+//     clock.go. The bound is checked first, before any other read.
 //
 // Lua numbers are doubles: tokens and microsecond timestamps stay exact up
 // to 2^53 (a token counter that large would take millennia to reach).
@@ -36,6 +42,7 @@ const (
 	statusStale     = 3 // rec is not the key's live (or latest) grant
 	statusGone      = 4 // Release: rec's grant already ended, no later grant
 	statusFree      = 5 // Inspect: no live grant; element 2 is the last token
+	statusLate      = 6 // past the request's not-after bound, nothing written; element 2 is now
 )
 
 // luaNow is the shared prologue: now in microseconds from the server clock.
@@ -45,9 +52,20 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function s(n) return string.format('%.0f', n) end
 `
 
-// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs).
-// Returns {statusContended} or {statusOK, token, acquired, expires}.
+// luaLate is the not-after check, on the argument named by its caller's
+// local "na" (a number; 0 = no bound).
+const luaLate = `
+if na > 0 and now > na then
+  return {6, now}
+end
+`
+
+// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs).
+// Returns {statusLate, now}, {statusContended} or
+// {statusOK, token, acquired, expires}.
 const srcAcquire = "#!lua\n" + luaNow + `
+local na = tonumber(ARGV[3])
+` + luaLate + `
 local h = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if h[1] and tonumber(h[2]) > now then
   return {2}
@@ -59,9 +77,12 @@ redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
 return {1, tok, now, exp}
 `
 
-// srcRenew: KEYS lease; ARGV owner, token, ttl (µs).
-// Returns {statusStale} or {statusOK, token, acquired, expires}.
+// srcRenew: KEYS lease; ARGV owner, token, ttl (µs), not-after (µs).
+// Returns {statusLate, now}, {statusStale} or
+// {statusOK, token, acquired, expires}.
 const srcRenew = "#!lua\n" + luaNow + `
+local na = tonumber(ARGV[4])
+` + luaLate + `
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
 if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
   return {3}
@@ -72,10 +93,14 @@ redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
 return {1, tonumber(h[2]), now, exp}
 `
 
-// srcRenewBatch: KEYS lease keys; ARGV owner, token, ttl (µs) per key.
-// Returns status, acquired, expires per key (status statusOK or
-// statusStale; times 0 when stale). All checks run before the first write.
+// srcRenewBatch: KEYS lease keys; ARGV owner, token, ttl (µs) per key,
+// then one not-after (µs) for the whole batch.
+// Returns {statusLate, now}, or status, acquired, expires per key (status
+// statusOK or statusStale; times 0 when stale). All checks run before the
+// first write.
 const srcRenewBatch = "#!lua\n" + luaNow + `
+local na = tonumber(ARGV[3*#KEYS+1])
+` + luaLate + `
 local live = {}
 for i = 1, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'owner', 'token', 'expires')

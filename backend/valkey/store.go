@@ -85,6 +85,10 @@ type Store struct {
 	waitReplicas int
 	waitTimeout  time.Duration
 
+	// clock estimates the server's clock from the replies, for the
+	// not-after bound of each mutation (clock.go).
+	clock *clockEstimate
+
 	// watches holds the WatchRelease registrations by key ident; its
 	// listener is the subscriber goroutine (subscribe), started by the
 	// first WatchRelease and stopped by Close.
@@ -123,6 +127,7 @@ func New(client vk.Client, o Options) (*Store, error) {
 		channel:      prefix + ":released",
 		waitReplicas: o.WaitReplicas,
 		waitTimeout:  wt,
+		clock:        newClockEstimate(),
 	}
 	s.watches = watchhub.New[string, struct{}](s.subscribe)
 	return s, nil
@@ -249,6 +254,59 @@ func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool)
 	}, true
 }
 
+// serverTime returns the server time that a reply of the acquire or renew
+// script carries: {statusOK, token, now, expires} or {statusLate, now}.
+func serverTime(vals []int64) (int64, bool) {
+	switch {
+	case len(vals) == 4 && vals[0] == statusOK:
+		return vals[2], true
+	case len(vals) == 2 && vals[0] == statusLate:
+		return vals[1], true
+	}
+	return 0, false
+}
+
+// errLate is the answer to statusLate: the server ran the script after the
+// request's not-after bound, and it wrote nothing. It is definite, so it is
+// not ErrAmbiguousOutcome: ErrBackendUnavailable, "not applied".
+func errLate(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "not applied: ran past its deadline")
+}
+
+// acquireResult interprets the acquire script's reply.
+func acquireResult(vals []int64, key leaseapi.Key, owner, op string) (leaseapi.Record, error) {
+	switch {
+	case len(vals) == 2 && vals[0] == statusLate:
+		return leaseapi.Record{}, errLate(op)
+	case len(vals) == 1 && vals[0] == statusContended:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	case len(vals) == 0 || vals[0] != statusOK:
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	rec, ok := grant(vals, key, owner)
+	if !ok {
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	return rec, nil
+}
+
+// renewResult interprets the renew script's reply to a renewal of rec.
+func renewResult(vals []int64, rec leaseapi.Record, op string) (leaseapi.Record, error) {
+	switch {
+	case len(vals) == 2 && vals[0] == statusLate:
+		return leaseapi.Record{}, errLate(op)
+	case len(vals) == 1 && vals[0] == statusStale:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	case len(vals) == 0 || vals[0] != statusOK:
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	got, ok := grant(vals, rec.Key, rec.Owner)
+	if !ok || got.Token != rec.Token {
+		return leaseapi.Record{}, protocolError(op, true)
+	}
+	return got, nil
+}
+
 // CanAdopt implements [leaseapi.Adopter]: with [Options.WaitReplicas] a
 // grant read back from the primary is no proof that any replica has it, so
 // the runtime must not adopt an acquisition whose reply was lost; it fails
@@ -261,13 +319,19 @@ func (s *Store) CanAdopt() bool { return s.waitReplicas == 0 }
 // replica acknowledgements; see [Options.WaitReplicas]. A lost reply is
 // [leaseapi.ErrAmbiguousOutcome]: the grant may exist (use
 // [Store.Inspect] to find it by owner id). Never retried.
+//
+// The request carries a not-after bound derived from ctx's deadline (see
+// "Late execution" in the package doc): a script that the server runs
+// past it writes nothing and the call, if still waiting, gets
+// [leaseapi.ErrBackendUnavailable].
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
 	lk, tk := s.Keys(key)
-	keys, args := []string{lk, tk}, []string{owner, micros(ttl)}
+	na, sent := s.clock.bound(ctx)
+	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
@@ -279,15 +343,12 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	switch {
-	case len(vals) == 1 && vals[0] == statusContended:
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
-	case len(vals) == 0 || vals[0] != statusOK:
-		return leaseapi.Record{}, protocolError(op, true)
+	if now, ok := serverTime(vals); ok {
+		s.clock.observe(now, sent)
 	}
-	rec, ok := grant(vals, key, owner)
-	if !ok {
-		return leaseapi.Record{}, protocolError(op, true)
+	rec, err := acquireResult(vals, key, owner, op)
+	if err != nil {
+		return leaseapi.Record{}, err
 	}
 	if s.waitReplicas > 0 {
 		if n, err := waitRes.AsInt64(); err != nil || n < int64(s.waitReplicas) {
@@ -335,33 +396,31 @@ func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, 
 // Renew implements [leaseapi.Backend]: one script extends rec's grant to
 // server-now + ttl if rec (owner and token) is the key's live grant, else
 // [leaseapi.ErrStaleOwner]. A lost reply is [leaseapi.ErrAmbiguousOutcome].
-// Never retried.
+// Never retried. Like TryAcquire, it carries a not-after bound from ctx's
+// deadline; past it the script writes nothing
+// ([leaseapi.ErrBackendUnavailable]).
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
 	lk, _ := s.Keys(rec.Key)
-	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl)})
-	return decodeRenew(res, rec, op)
+	na, sent := s.clock.bound(ctx)
+	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl), na})
+	return s.decodeRenew(res, rec, op, sent)
 }
 
-func decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string) (leaseapi.Record, error) {
+// decodeRenew decodes a renew script's reply to a request sent at local
+// instant sent, learning the server's time from it.
+func (s *Store) decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string, sent int64) (leaseapi.Record, error) {
 	vals, err := res.AsIntSlice()
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	switch {
-	case len(vals) == 1 && vals[0] == statusStale:
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
-	case len(vals) == 0 || vals[0] != statusOK:
-		return leaseapi.Record{}, protocolError(op, true)
+	if now, ok := serverTime(vals); ok {
+		s.clock.observe(now, sent)
 	}
-	got, ok := grant(vals, rec.Key, rec.Owner)
-	if !ok || got.Token != rec.Token {
-		return leaseapi.Record{}, protocolError(op, true)
-	}
-	return got, nil
+	return renewResult(vals, rec, op)
 }
 
 // Validate implements [leaseapi.Backend]: nil if rec is the key's live grant

@@ -1,0 +1,141 @@
+package valkey
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// The not-after bound.
+//
+// A mutation that the server holds back (CLIENT PAUSE, a busy script, a
+// slow replica link in front of it) can run after its caller gave up. To
+// make such a late execution a no-op, TryAcquire, Renew and RenewBatch send
+// the latest server time at which the script may still write: the call's
+// ctx deadline, translated into server time. The script compares it with
+// its own TIME reading and writes nothing past it (statusLate).
+//
+// The translation needs no clock synchronisation, only the assumption that
+// both clocks run at the same rate. A reply that carries the server's time
+// S, to a request sent at local monotonic instant s, proves that the
+// server's clock read S at some instant r >= s. So at any later local
+// instant t the server's clock reads S + (t - r) <= S + (t - s): an upper
+// bound, never an underestimate. The bound of a request sent at t with
+// budget = deadline - t is therefore
+//
+//	notAfter = S + (t - s) + budget + slack
+//
+// which is at least the server's time at the caller's deadline: a request
+// that runs before its caller's deadline is never refused (absent the
+// clock jumps below). It overshoots that deadline by the observation's own
+// delay (s to r, at most its round trip) plus the slack.
+//
+// slack is bootSlack plus age/rateSlack, age = t - s: 1ms for the rounding
+// to microseconds on both sides, and 1000 ppm of the observation's age for
+// a difference in rate between the two clocks (an NTP-disciplined clock
+// slews at most 500 ppm; a free-running quartz is off by well under 100
+// ppm). Only the latest observation is kept: an older one has had more time
+// to drift.
+//
+// Before the Store has an observation (its first mutations), and for a
+// call without a ctx deadline, the bound is 0: none. Bootstrapping with an
+// extra TIME round trip was not worth it: the first request of a process is
+// no worse off than before the bound existed (a late acquisition leaves an
+// orphan grant that expires at its TTL, a late renewal delays the next
+// holder), and every reply to an acquisition or renewal refreshes the
+// estimate.
+//
+// If the server's clock steps forward, the estimate is too low and a prompt
+// request can be refused as late: it fails closed, with a definite "not
+// applied" error, and its reply carries the server's time, so the next
+// request uses the corrected estimate. A backward step makes the bound too
+// lenient until the next reply.
+const (
+	bootSlack = time.Millisecond
+	rateSlack = 1000 // the age is divided by this: 1000 ppm
+
+	// maxExact is the largest bound sent: Lua numbers are doubles, exact to
+	// 2^53 µs (about 285 years after 1970). A later bound is as good as none.
+	maxExact = 1 << 53
+)
+
+// serverClock is one observation of the server's clock: a reply carried
+// server time (µs since the epoch) for a request sent at local monotonic
+// instant sent (µs since the Store's origin). Immutable once published.
+type serverClock struct {
+	server, sent int64
+}
+
+// clockEstimate is a Store's knowledge of the server's clock: the latest
+// observation. Safe for concurrent use: observations are published through
+// an atomic pointer, and a reply to an older request never replaces the
+// observation of a newer one.
+type clockEstimate struct {
+	origin time.Time // monotonic reading; sent instants are measured from it
+	last   atomic.Pointer[serverClock]
+}
+
+func newClockEstimate() *clockEstimate { return &clockEstimate{origin: time.Now()} }
+
+// now returns the local monotonic instant, in µs since origin, and the
+// wall-clock reading it was taken from.
+func (c *clockEstimate) now() (int64, time.Time) {
+	t := time.Now()
+	return t.Sub(c.origin).Microseconds(), t
+}
+
+// observe records that a reply carried server time server for a request
+// sent at local instant sent (from now). Non-positive server times are
+// ignored (not a server clock).
+func (c *clockEstimate) observe(server, sent int64) {
+	if server <= 0 {
+		return
+	}
+	for {
+		cur := c.last.Load()
+		if cur != nil && cur.sent > sent {
+			return // a newer request's observation is already in
+		}
+		if cur != nil && cur.sent == sent && cur.server <= server {
+			return // same request instant: keep the lower (tighter) reading
+		}
+		if c.last.CompareAndSwap(cur, &serverClock{server: server, sent: sent}) {
+			return
+		}
+	}
+}
+
+// bound returns the not-after argument for a request about to be sent
+// under ctx, and the local instant to pass to observe with its reply.
+func (c *clockEstimate) bound(ctx context.Context) (arg string, sent int64) {
+	sent, wall := c.now()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return "0", sent
+	}
+	return strconv.FormatInt(notAfter(c.last.Load(), sent, dl.Sub(wall)), 10), sent
+}
+
+// notAfter is the bound, in server µs, for a request sent at local instant
+// t with budget left before its deadline, given the latest observation
+// (nil: none); 0 means no bound. See the comment at the top of this file.
+func notAfter(obs *serverClock, t int64, budget time.Duration) int64 {
+	if obs == nil {
+		return 0
+	}
+	// t - obs.sent may be negative (the observation came from a request
+	// sent after this one was stamped): the bound holds all the same.
+	elapsed := t - obs.sent
+	slack := bootSlack.Microseconds() + max(elapsed, 0)/rateSlack
+	// obs.server is a reply's int64, elapsed is bounded by the process's
+	// lifetime and budget by time.Duration's range, so only the sum can
+	// leave the range: saturate at maxExact, step by step.
+	b := obs.server + elapsed
+	if b >= maxExact || budget.Microseconds() >= maxExact-b-slack {
+		return maxExact
+	}
+	// A bound must be positive (0 means none): a deadline long past is a
+	// bound in the distant past.
+	return max(b+budget.Microseconds()+slack, 1)
+}
