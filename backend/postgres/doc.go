@@ -41,9 +41,78 @@
 //     acquisition fails with leaseapi.ErrInvalidState rather than wrap.
 //   - RenewBatch renews any number of grants in one UPDATE ... FROM
 //     unnest(...) statement with per-element Renew semantics.
+//   - TryAcquire, Renew and RenewBatch apply only within the time left
+//     before their ctx deadline, counted from the server's receipt of the
+//     statement (see the next section): a statement held back past it
+//     changes nothing.
 //
 // Keys are stored as text ("namespace/name") and owners as text, with the
 // "C" collation (bytewise comparison).
+//
+// # Late execution: the not-after bound
+//
+// A statement can wait at the server, typically for a row lock (a fenced
+// transaction of the holder holds the lease row FOR SHARE, a slow
+// transaction holds it FOR UPDATE), until after its caller has given up
+// with leaseapi.ErrAmbiguousOutcome, and then commit. TryAcquire, Renew and
+// RenewBatch therefore send, as one more parameter, the time left before
+// their ctx deadline (microseconds, read just before the statement is
+// sent; the runtime gives every backend call its policy's
+// OperationTimeout). The statement applies only if
+//
+//	clock_timestamp() <= statement_timestamp() + budget
+//
+// holds while it holds the row lock. statement_timestamp() is when the
+// server received the statement and clock_timestamp() is the server's
+// clock now, so no clock synchronisation is involved. Where the check sits
+// matters, because clock_timestamp() changes while the statement waits:
+//
+//   - TryAcquire: in the WHERE of ON CONFLICT DO UPDATE, which PostgreSQL
+//     evaluates after it has locked the conflicting row (waiting for its
+//     holder); and in the SELECT that feeds the INSERT, for a key that has
+//     no row yet.
+//   - Renew and RenewBatch: a plain UPDATE evaluates its WHERE before it
+//     waits for a row lock and, if the blocking transaction only locked
+//     the row without changing it, does not evaluate it again after the
+//     wait. So these statements first lock their rows (SELECT ... FOR
+//     UPDATE in a CTE) and evaluate the bound on the locked rows (for a
+//     batch: once every row is locked), then update. A bound in the
+//     UPDATE's own WHERE lets a late renewal through (tested).
+//
+// A late statement changes nothing (no token, no expiry) and, if its
+// caller still waits, fails with leaseapi.ErrBackendUnavailable ("not
+// applied"): a definite answer, not an ambiguous one. A renewal is still
+// judged and timed as of its statement's start (its clock reading is taken
+// before the lock wait; TestHeldBackWithinBudgetTimedFromStart), so the
+// bound only ever removes late effects.
+//
+// What the bound does not cover:
+//
+//   - A call without a ctx deadline sends none (NULL).
+//   - Time before the server receives the statement: network delay, and a
+//     statement queued in a socket buffer, get the full budget again after
+//     arrival. The bound covers waiting inside the server only.
+//   - The first acquisition of a key that has no row yet, if it waits for
+//     another transaction's uncommitted insertion of the same key that then
+//     aborts: its check ran before that wait. (If that transaction commits,
+//     the acquisition takes the ON CONFLICT path and is checked there.)
+//   - A statement that applied within its bound but whose reply was lost
+//     is still leaseapi.ErrAmbiguousOutcome.
+//   - Release, Validate, Inspect, Fence, AdvanceFence and FencedWrite send
+//     no bound: Validate, Inspect and Fence read; a late Release clears only
+//     the grant it names (owner and token compared with the row locked), so
+//     it cannot remove a later holder; the fencing helpers run in the
+//     caller's own transaction, which the caller commits.
+//
+// The tests force a late execution on a real server: another transaction
+// holds the lease row FOR UPDATE, the Store's statement waits for it, and a
+// fault proxy cuts the client off without the server noticing
+// (faultproxy.Detach keeps the server's end of the connection open, and
+// refuses the connection a cancel request would use), so the statement
+// runs when the lock is released, after its budget, and the rows are
+// unchanged (TestLateExecutionIsNoop; without a deadline the same statement
+// commits). TestLateStatusIsNotApplied checks the definite error a caller
+// that still waits gets.
 //
 // # Schema and migrations
 //
@@ -106,6 +175,9 @@
 //     [Store.Inspect] by owner id. 57014 is treated as ambiguous although
 //     the server rolled the statement back, because it is indistinguishable
 //     from the client-side cancel race.
+//   - A statement that reached its rows past its not-after bound (see
+//     above) changed nothing: leaseapi.ErrBackendUnavailable, "not
+//     applied".
 //   - A statement the server rejected with ERROR did not commit: 40001
 //     serialization_failure and 40P01 deadlock_detected are
 //     leaseapi.ErrBackendUnavailable ("not applied": safe to retry), class

@@ -1,5 +1,12 @@
 package postgres
 
+import (
+	"context"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
 // Statements exposes the SQL of the hot path to the benchmarks, so that the
 // raw-pgx baseline runs exactly the statements the Store runs.
 func (s *Store) Statements() (acquire, release, channel string) {
@@ -14,3 +21,37 @@ var Classify = classify
 
 // SchemaOf returns the store's schema name.
 func SchemaOf(s *Store) string { return s.n.schema }
+
+// WithBudget returns a view of s whose mutations send the not-after budget b
+// whatever their ctx says, so that a test can make a statement late while
+// its caller still waits for the answer.
+func WithBudget(s *Store, b time.Duration) *FixedBudget {
+	return &FixedBudget{s: s, b: b.Microseconds()}
+}
+
+// FixedBudget is the view of s that [WithBudget] returns.
+type FixedBudget struct {
+	s *Store
+	b int64
+}
+
+func (w *FixedBudget) bound(context.Context) *int64 { b := w.b; return &b }
+
+func (w *FixedBudget) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	return w.s.tryAcquire(ctx, key, owner, ttl, w.bound)
+}
+
+func (w *FixedBudget) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	return w.s.renew(ctx, rec, ttl, w.bound)
+}
+
+func (w *FixedBudget) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	return w.s.renewBatch(ctx, reqs, w.bound)
+}
+
+// AcquireResult and RenewResult expose the interpretation of the
+// statements' rows to the classification test.
+var (
+	AcquireResult = acquireResult
+	RenewResult   = renewResult
+)

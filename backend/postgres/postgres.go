@@ -126,21 +126,53 @@ func buildStatements(n names) statements {
 		// One clock reading per statement (the CTE is materialised because
 		// clock_timestamp() is volatile), so expires_at - acquired_at is
 		// exactly the TTL. The upsert only takes over a released or
-		// expired row, bumping its token; RETURNING nothing means
-		// contended.
-		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t)
-INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
-SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
-ON CONFLICT (key) DO UPDATE
-SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.owner IS NULL OR l.expires_at <= excluded.acquired_at
-RETURNING l.token, l.acquired_at, l.expires_at`, t),
+		// expired row, bumping its token; no row from ins means contended,
+		// or late.
+		//
+		// Not-after ($4, see inTime): ON CONFLICT DO UPDATE locks the
+		// conflicting row first (waiting for a transaction that holds it)
+		// and only then evaluates its WHERE, so the bound there is checked
+		// with the lock held; the SELECT's WHERE checks it on the path
+		// that inserts a new row. The last column tells a late statement
+		// from a contended one: it is evaluated after ins has run.
+		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
+ins AS (
+	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
+	SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
+	WHERE %[2]s
+	ON CONFLICT (key) DO UPDATE
+	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
+	RETURNING l.token, l.acquired_at, l.expires_at
+)
+SELECT ins.token, ins.acquired_at, ins.expires_at, NOT %[2]s
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, t, inTime("$4")),
 
-		renew: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t)
-UPDATE %[1]s AS l SET acquired_at = now.t, expires_at = now.t + $4::bigint * interval '1 microsecond'
-FROM now
-WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > now.t
-RETURNING l.acquired_at, l.expires_at`, t),
+		// A plain UPDATE checks its WHERE before it waits for a row lock,
+		// and does not check it again after the wait unless the row was
+		// changed meanwhile; so cur locks the row first (FOR UPDATE), and
+		// gate evaluates the not-after bound ($5) on cur's row, which
+		// exists only once the lock is held. now is read by cur before the
+		// lock wait, so a renewal is judged and timed as of its
+		// statement's start, never later. No row from u means stale, or
+		// late (the last column).
+		renew: fmt.Sprintf(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+cur AS MATERIALIZED (
+	SELECT now.t FROM %[1]s AS l, now
+	WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint
+	FOR UPDATE OF l
+),
+gate AS MATERIALIZED (
+	SELECT cur.t, %[2]s AS ok FROM cur
+),
+u AS (
+	UPDATE %[1]s AS l SET acquired_at = gate.t, expires_at = gate.t + $4::bigint * interval '1 microsecond'
+	FROM gate
+	WHERE gate.ok AND l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > gate.t
+	RETURNING l.acquired_at, l.expires_at
+)
+SELECT u.acquired_at, u.expires_at, coalesce((SELECT NOT ok FROM gate), false)
+FROM (VALUES (1)) AS one (x) LEFT JOIN u ON true`, t, inTime("$5")),
 
 		validate: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s
 WHERE key = $1::text AND owner = $2::text AND token = $3::bigint AND expires_at > clock_timestamp())`, t),
@@ -167,15 +199,30 @@ SELECT CASE
 FROM %[1]s WHERE key = $1::text`, t),
 
 		// One statement for the whole batch; idx maps rows back to requests.
-		// Callers never put one key twice in a batch.
-		renewBatch: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
+		// Callers never put one key twice in a batch. As in renew, cur
+		// locks the rows first; gate, an aggregate over cur, evaluates the
+		// not-after bound ($6) once every lock is held, and always yields
+		// one row, so the result has at least one: (ok, NULL...) when no
+		// element was renewed.
+		renewBatch: fmt.Sprintf(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 req AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[]) AS r(key, owner, token, ttl_us, idx)
+),
+cur AS MATERIALIZED (
+	SELECT now.t FROM %[1]s AS l, req, now
+	WHERE l.key = req.key AND l.owner = req.owner AND l.token = req.token
+	FOR UPDATE OF l
+),
+gate AS MATERIALIZED (
+	SELECT max(cur.t) AS t, %[2]s AS ok FROM cur
+),
+u AS (
+	UPDATE %[1]s AS l SET acquired_at = gate.t, expires_at = gate.t + req.ttl_us * interval '1 microsecond'
+	FROM gate, req
+	WHERE gate.ok AND l.key = req.key AND l.owner = req.owner AND l.token = req.token AND l.expires_at > gate.t
+	RETURNING req.idx, l.acquired_at, l.expires_at
 )
-UPDATE %[1]s AS l SET acquired_at = now.t, expires_at = now.t + req.ttl_us * interval '1 microsecond'
-FROM now, req
-WHERE l.key = req.key AND l.owner = req.owner AND l.token = req.token AND l.expires_at > now.t
-RETURNING req.idx, l.acquired_at, l.expires_at`, t),
+SELECT gate.ok, u.idx, u.acquired_at, u.expires_at FROM gate LEFT JOIN u ON true`, t, inTime("$6")),
 
 		sweep: fmt.Sprintf(`SELECT key FROM %[1]s
 WHERE key = ANY($1::text[]) AND (owner IS NULL OR expires_at <= clock_timestamp())`, t),
@@ -195,6 +242,34 @@ ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = exclud
 WHERE f.token <= excluded.token
 RETURNING f.token`, f),
 	}
+}
+
+// inTime is the not-after condition on the parameter p (bigint µs, NULL for
+// no bound): true while the server's clock is at most p after the instant
+// it received the statement. Its value changes as the statement runs
+// (clock_timestamp() is read each time it is evaluated), so where it is
+// evaluated matters: after the row lock is held.
+func inTime(p string) string {
+	return fmt.Sprintf("(%[1]s::bigint IS NULL OR clock_timestamp() <= statement_timestamp() + %[1]s::bigint * interval '1 microsecond')", p)
+}
+
+// budget is the not-after parameter of a mutation about to be sent under
+// ctx: the µs left before ctx's deadline, or nil (NULL, no bound) when ctx
+// has none.
+func budget(ctx context.Context) *int64 {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	b := time.Until(dl).Microseconds()
+	return &b
+}
+
+// errLate is the answer to a statement that reached the point of writing
+// past its not-after bound and therefore wrote nothing: definite, so
+// ErrBackendUnavailable, "not applied".
+func errLate(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "not applied: ran past its deadline")
 }
 
 // New returns a Store on pool with the tables named by o. It does no I/O:
@@ -251,6 +326,13 @@ func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
 // refused the statement, and leaseapi.ErrAmbiguousOutcome when the reply was
 // lost: the grant may exist (resolve with [Store.Inspect] by owner id).
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	return s.tryAcquire(ctx, key, owner, ttl, budget)
+}
+
+// tryAcquire is TryAcquire with the not-after parameter taken from
+// bound(ctx) when the statement is about to be sent (the tests pass their
+// own).
+func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
 	const op = "try acquire"
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
@@ -260,22 +342,39 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 		return leaseapi.Record{}, err
 	}
 	defer c.Release()
-	var tok int64
-	rec := leaseapi.Record{Key: key, Owner: owner}
-	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds()).Scan(&tok, &rec.AcquiredAt, &rec.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
-	}
+	var (
+		tok      *int64
+		acq, exp *time.Time
+		late     bool
+	)
+	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx)).Scan(&tok, &acq, &exp, &late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	rec.Token = leaseapi.Token(tok)
-	return rec, nil
+	return acquireResult(op, key, owner, tok, acq, exp, late)
+}
+
+// acquireResult interprets the acquire statement's row.
+func acquireResult(op string, key leaseapi.Key, owner string, tok *int64, acq, exp *time.Time, late bool) (leaseapi.Record, error) {
+	switch {
+	case tok != nil && acq != nil && exp != nil:
+		return leaseapi.Record{Key: key, Owner: owner, Token: leaseapi.Token(*tok), AcquiredAt: *acq, ExpiresAt: *exp}, nil
+	case tok != nil:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "unexpected reply")
+	case late:
+		return leaseapi.Record{}, errLate(op)
+	}
+	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
 }
 
 // Renew implements [leaseapi.Backend] with one UPDATE comparing key, owner
 // and token. A lost reply is leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+	return s.renew(ctx, rec, ttl, budget)
+}
+
+// renew is Renew with the not-after parameter from bound, as tryAcquire.
+func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
 	const op = "renew"
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
@@ -288,15 +387,27 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 		return leaseapi.Record{}, err
 	}
 	defer c.Release()
-	out := rec
-	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds()).Scan(&out.AcquiredAt, &out.ExpiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
-	}
+	var (
+		acq, exp *time.Time
+		late     bool
+	)
+	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds(), bound(ctx)).Scan(&acq, &exp, &late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	return out, nil
+	return renewResult(op, rec, acq, exp, late)
+}
+
+// renewResult interprets the renew statement's row.
+func renewResult(op string, rec leaseapi.Record, acq, exp *time.Time, late bool) (leaseapi.Record, error) {
+	switch {
+	case acq != nil && exp != nil:
+		rec.AcquiredAt, rec.ExpiresAt = *acq, *exp
+		return rec, nil
+	case late:
+		return leaseapi.Record{}, errLate(op)
+	}
+	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 }
 
 // Validate implements [leaseapi.Backend] with one read. It changes nothing;
@@ -392,6 +503,12 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 // leaseapi.ErrInvalidState and are not sent. If a statement fails, every
 // element it carried gets the same classified error (ambiguous once sent).
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	return s.renewBatch(ctx, reqs, budget)
+}
+
+// renewBatch is RenewBatch with the not-after parameter from bound, as
+// tryAcquire.
+func (s *Store) renewBatch(ctx context.Context, reqs []leaseapi.RenewRequest, bound func(context.Context) *int64) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
 	// Refuse unstorable tokens, and split repeated keys into later rounds.
@@ -411,13 +528,13 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 		rounds[round] = append(rounds[round], i)
 	}
 	for _, idx := range rounds {
-		s.renewRound(ctx, op, reqs, idx, out)
+		s.renewRound(ctx, op, reqs, idx, out, bound)
 	}
 	return out
 }
 
 // renewRound renews reqs[idx...] (distinct keys) in one statement.
-func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.RenewRequest, idx []int, out []leaseapi.RenewResult) {
+func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.RenewRequest, idx []int, out []leaseapi.RenewResult, bound func(context.Context) *int64) {
 	fail := func(err error) {
 		for _, i := range idx {
 			out[i].Err = err
@@ -442,26 +559,37 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 		return
 	}
 	defer c.Release()
-	rows, err := c.Query(ctx, s.q.renewBatch, keys, owners, toks, ttls, pos)
+	rows, err := c.Query(ctx, s.q.renewBatch, keys, owners, toks, ttls, pos, bound(ctx))
 	if err != nil {
 		fail(leaseapi.Wrap(classify(err, true), op))
 		return
 	}
 	done := make([]bool, len(idx))
 	var (
-		j        int32
-		acq, exp time.Time
+		seen, inTime, ok bool
+		j                *int32
+		acq, exp         *time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&j, &acq, &exp}, func() error {
-		if j < 0 || int(j) >= len(idx) || done[j] {
+	_, err = pgx.ForEachRow(rows, []any{&ok, &j, &acq, &exp}, func() error {
+		if seen && ok != inTime {
+			return errors.New("unexpected row") // gate has one row: ok is the same on every row
+		}
+		seen, inTime = true, ok
+		if j == nil {
+			return nil // nothing renewed
+		}
+		if *j < 0 || int(*j) >= len(idx) || done[*j] || acq == nil || exp == nil {
 			return errors.New("unexpected row")
 		}
-		i := idx[j]
+		i := idx[*j]
 		rec := reqs[i].Record
-		rec.AcquiredAt, rec.ExpiresAt = acq, exp
-		out[i].Record, done[j] = rec, true
+		rec.AcquiredAt, rec.ExpiresAt = *acq, *exp
+		out[i].Record, done[*j] = rec, true
 		return nil
 	})
+	if err == nil && !seen {
+		err = errors.New("no row")
+	}
 	if err != nil {
 		fail(leaseapi.Wrap(classify(err, true), op))
 		for _, i := range idx {
@@ -470,7 +598,11 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 		return
 	}
 	for jj, i := range idx {
-		if !done[jj] {
+		switch {
+		case done[jj]:
+		case !inTime:
+			out[i].Err = errLate(op)
+		default:
 			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 		}
 	}

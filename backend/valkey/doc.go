@@ -123,6 +123,73 @@
 //     Validate and Inspect still answer.
 //   - FLUSHALL, FLUSHDB or deleting the keys by hand resets tokens.
 //
+// # Late execution: the not-after bound
+//
+// A mutation can reach the server and wait there (a CLIENT PAUSE, a long
+// script of another client, a loaded server) until after its caller has
+// given up with [leaseapi.ErrAmbiguousOutcome]. TryAcquire, Renew and
+// RenewBatch therefore carry a not-after bound: the call's ctx deadline
+// (the runtime gives every backend call its policy's OperationTimeout),
+// translated into server time. The script compares it with its TIME
+// reading before it reads or writes anything else; past it, the script
+// writes nothing, not even the token counter, and answers "late" with the
+// server's time. A caller still waiting gets [leaseapi.ErrBackendUnavailable]
+// ("not applied"): a definite answer, not an ambiguous one.
+//
+// The translation needs no synchronised clocks, only clocks that run at
+// the same rate. Every reply to an acquisition or renewal carries the
+// server's TIME reading S; for a request sent at local monotonic instant s,
+// the server's clock at a later local instant t is at most S + (t - s). A
+// request sent at t with budget = deadline - t carries
+//
+//	notAfter = S + (t - s) + budget + 1ms + (t - s)/1000
+//
+// from the Store's latest observation only (an older one has drifted
+// more): the 1ms covers rounding to microseconds, the last term a rate
+// difference of up to 1000 ppm (NTP slews at most 500 ppm). So a request
+// that runs before its caller's deadline is never refused, and one that
+// runs later than that by more than the observation's own delay (at most
+// its round trip) plus the slack writes nothing. Observations are kept
+// race-free (an atomic pointer; a reply to an older request never replaces
+// that of a newer one). The batched renewal sends one bound per pipelined
+// call, and the acquisition with [Options.WaitReplicas] sends it with its
+// hand-built EVALSHA like the others (a late acquisition there burns no
+// token; its WAIT still runs, as it is pipelined with the script).
+//
+// What the bound does not cover:
+//
+//   - A call without a ctx deadline sends no bound.
+//   - A Store's first mutations, before any reply to an acquisition or
+//     renewal, send no bound: bootstrapping with an extra TIME round trip
+//     did not seem worth it, since an unbounded late execution is no worse
+//     than before the bound existed (a late renewal only delays the next
+//     holder; a late acquisition leaves an orphan grant, never handed to
+//     anyone, that expires at its TTL).
+//   - A script that runs within the overshoot above (the observation's
+//     delay plus the slack) after its caller's deadline still applies,
+//     with the same harmless effects.
+//   - A forward step of the server's clock, or a rate difference beyond
+//     1000 ppm that has built up since the last observation, makes prompt
+//     requests look late: they fail closed, with the definite error above,
+//     and that reply corrects the estimate for the next request. A backward
+//     step makes the bound lenient until the next reply.
+//   - Release, Validate, Inspect and Guard carry no bound. Validate and
+//     Inspect write nothing. A late Release deletes only the grant it names
+//     (owner and token compared in the script), so it cannot remove a later
+//     holder. A late Guard writes only if its grant is still live when it
+//     runs, which is what Guard promises at any time.
+//
+// The tests force a late execution on a real server: the server holds
+// writes back (CLIENT PAUSE WRITE), and a fault proxy cuts the client off
+// without the server noticing (faultproxy.Detach keeps the server's end of
+// the connection open), so the server runs the queued script after the
+// deadline and the lease hash and token counter are unchanged
+// (TestLateExecutionIsNoop; without a deadline the same script applies).
+// TestLateStatusIsNotApplied makes the estimate too low, as a clock step
+// would, and checks the definite error, that nothing was written, and the
+// recovery; TestNotAfter and TestNotAfterIsAnUpperBound check the
+// arithmetic, TestLateReplies the classification.
+//
 // # Failure handling
 //
 // Errors are classified once, by type (never by message text), and carry
@@ -132,6 +199,8 @@
 //     [leaseapi.ErrTimeout], nothing sent;
 //   - a failed dial, no node known for the slot: nothing was sent,
 //     [leaseapi.ErrBackendUnavailable];
+//   - a mutation that the server ran past its not-after bound (see above):
+//     it wrote nothing, [leaseapi.ErrBackendUnavailable], "not applied";
 //   - an error reply from the server (LOADING, BUSY, OOM, READONLY, MOVED
 //     after valkey-go's own redirection, CLUSTERDOWN...): the script did not
 //     run or wrote nothing (every script checks before its first write, and
