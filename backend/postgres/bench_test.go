@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
@@ -43,19 +44,19 @@ func rawPair(s *postgres.Store, pool *pgxpool.Pool) func(context.Context, leasea
 	acquireSQL, releaseSQL, channel := s.Statements()
 	return func(ctx context.Context, k leaseapi.Key) error {
 		var (
-			tok      *int64
-			acq, exp *time.Time
+			tok      pgtype.Int8
+			acq, exp pgtype.Timestamptz
 			late     bool
 		)
 		key := k.String()
 		if err := pool.QueryRow(ctx, acquireSQL, key, "bench-owner", int64(60_000_000), nil).Scan(&tok, &acq, &exp, &late); err != nil {
 			return err
 		}
-		if tok == nil {
+		if !tok.Valid {
 			return fmt.Errorf("raw acquire: not granted (late %v)", late)
 		}
 		var outcome int32
-		return pool.QueryRow(ctx, releaseSQL, key, "bench-owner", *tok, channel, postgres.KeyHash(k)).Scan(&outcome)
+		return pool.QueryRow(ctx, releaseSQL, key, "bench-owner", tok.Int64, channel, postgres.KeyHash(k)).Scan(&outcome)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
@@ -335,22 +336,26 @@ func TestBoundOnThePromptPath(t *testing.T) {
 func TestLateResults(t *testing.T) {
 	t.Parallel()
 	k := leaseapi.MustKey("late", "secret-key")
-	now := time.Now()
-	tok := int64(3)
-	_, err := postgres.AcquireResult("try acquire", k, "owner-x", nil, nil, nil, true)
+	now := pgtype.Timestamptz{Time: time.Now(), Valid: true}
+	tok := pgtype.Int8{Int64: 3, Valid: true}
+	var noTok pgtype.Int8
+	var null pgtype.Timestamptz
+	_, err := postgres.AcquireResult("try acquire", k, "owner-x", noTok, null, null, true)
 	wantKind(t, "late acquisition", err, leaseapi.ErrBackendUnavailable)
-	_, err = postgres.AcquireResult("try acquire", k, "owner-x", nil, nil, nil, false)
+	_, err = postgres.AcquireResult("try acquire", k, "owner-x", noTok, null, null, false)
 	wantKind(t, "contended acquisition", err, leaseapi.ErrContended)
-	if rec, err := postgres.AcquireResult("try acquire", k, "owner-x", &tok, &now, &now, true); err != nil || rec.Token != 3 {
+	if rec, err := postgres.AcquireResult("try acquire", k, "owner-x", tok, now, now, true); err != nil || rec.Token != 3 {
 		t.Fatalf("granted acquisition (late flag set after it ran): got %v, %v", rec, err)
 	}
+	_, err = postgres.AcquireResult("try acquire", k, "owner-x", tok, null, now, false)
+	wantKind(t, "a token without times", err, leaseapi.ErrAmbiguousOutcome)
 	rec := leaseapi.Record{Key: k, Owner: "owner-x", Token: 3}
-	_, err = postgres.RenewResult("renew", rec, nil, nil, true)
+	_, err = postgres.RenewResult("renew", rec, null, null, true)
 	wantKind(t, "late renewal", err, leaseapi.ErrBackendUnavailable)
 	if !strings.HasPrefix(err.Error(), "lease: renew: ") || !strings.Contains(err.Error(), "not applied") {
 		t.Errorf("late renewal: %q, want the operation name and \"not applied\"", err)
 	}
-	_, err = postgres.RenewResult("renew", rec, nil, nil, false)
+	_, err = postgres.RenewResult("renew", rec, null, null, false)
 	wantKind(t, "stale renewal", err, leaseapi.ErrStaleOwner)
 }
 

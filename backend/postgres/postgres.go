@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/internal/watchhub"
@@ -342,24 +343,24 @@ func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 		return leaseapi.Record{}, err
 	}
 	defer c.Release()
-	var (
-		tok      *int64
-		acq, exp *time.Time
+	var r struct { // one allocation for all the scan targets
+		tok      pgtype.Int8
+		acq, exp pgtype.Timestamptz
 		late     bool
-	)
-	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx)).Scan(&tok, &acq, &exp, &late)
+	}
+	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx)).Scan(&r.tok, &r.acq, &r.exp, &r.late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	return acquireResult(op, key, owner, tok, acq, exp, late)
+	return acquireResult(op, key, owner, r.tok, r.acq, r.exp, r.late)
 }
 
 // acquireResult interprets the acquire statement's row.
-func acquireResult(op string, key leaseapi.Key, owner string, tok *int64, acq, exp *time.Time, late bool) (leaseapi.Record, error) {
+func acquireResult(op string, key leaseapi.Key, owner string, tok pgtype.Int8, acq, exp pgtype.Timestamptz, late bool) (leaseapi.Record, error) {
 	switch {
-	case tok != nil && acq != nil && exp != nil:
-		return leaseapi.Record{Key: key, Owner: owner, Token: leaseapi.Token(*tok), AcquiredAt: *acq, ExpiresAt: *exp}, nil
-	case tok != nil:
+	case tok.Valid && finite(acq) && finite(exp):
+		return leaseapi.Record{Key: key, Owner: owner, Token: leaseapi.Token(tok.Int64), AcquiredAt: acq.Time, ExpiresAt: exp.Time}, nil
+	case tok.Valid:
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "unexpected reply")
 	case late:
 		return leaseapi.Record{}, errLate(op)
@@ -387,22 +388,27 @@ func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 		return leaseapi.Record{}, err
 	}
 	defer c.Release()
-	var (
-		acq, exp *time.Time
+	var r struct { // one allocation for all the scan targets
+		acq, exp pgtype.Timestamptz
 		late     bool
-	)
-	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds(), bound(ctx)).Scan(&acq, &exp, &late)
+	}
+	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds(), bound(ctx)).Scan(&r.acq, &r.exp, &r.late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	return renewResult(op, rec, acq, exp, late)
+	return renewResult(op, rec, r.acq, r.exp, r.late)
 }
 
+// finite reports whether t is a non-NULL, finite timestamp. The statements'
+// nullable columns are scanned into pgtype values, not pointers, to save an
+// allocation per column.
+func finite(t pgtype.Timestamptz) bool { return t.Valid && t.InfinityModifier == pgtype.Finite }
+
 // renewResult interprets the renew statement's row.
-func renewResult(op string, rec leaseapi.Record, acq, exp *time.Time, late bool) (leaseapi.Record, error) {
+func renewResult(op string, rec leaseapi.Record, acq, exp pgtype.Timestamptz, late bool) (leaseapi.Record, error) {
 	switch {
-	case acq != nil && exp != nil:
-		rec.AcquiredAt, rec.ExpiresAt = *acq, *exp
+	case finite(acq) && finite(exp):
+		rec.AcquiredAt, rec.ExpiresAt = acq.Time, exp.Time
 		return rec, nil
 	case late:
 		return leaseapi.Record{}, errLate(op)
@@ -567,24 +573,24 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 	done := make([]bool, len(idx))
 	var (
 		seen, inTime, ok bool
-		j                *int32
-		acq, exp         *time.Time
+		j                pgtype.Int4
+		acq, exp         pgtype.Timestamptz
 	)
 	_, err = pgx.ForEachRow(rows, []any{&ok, &j, &acq, &exp}, func() error {
 		if seen && ok != inTime {
 			return errors.New("unexpected row") // gate has one row: ok is the same on every row
 		}
 		seen, inTime = true, ok
-		if j == nil {
+		if !j.Valid {
 			return nil // nothing renewed
 		}
-		if *j < 0 || int(*j) >= len(idx) || done[*j] || acq == nil || exp == nil {
+		if j.Int32 < 0 || int(j.Int32) >= len(idx) || done[j.Int32] || !finite(acq) || !finite(exp) {
 			return errors.New("unexpected row")
 		}
-		i := idx[*j]
+		i := idx[j.Int32]
 		rec := reqs[i].Record
-		rec.AcquiredAt, rec.ExpiresAt = *acq, *exp
-		out[i].Record, done[*j] = rec, true
+		rec.AcquiredAt, rec.ExpiresAt = acq.Time, exp.Time
+		out[i].Record, done[j.Int32] = rec, true
 		return nil
 	})
 	if err == nil && !seen {
