@@ -178,3 +178,23 @@ func TestMatchValkeyEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestMatchHeldBackRenewal: a renewal the server held back commits after
+// a later renewal of the same grant, which succeeded; the late one is
+// the ambiguous call's, not an unexplained commit.
+func TestMatchHeldBackRenewal(t *testing.T) {
+	rs := cleanLog()[:3]
+	rs[2] = serveraudit.Record{Seq: 3, Kind: serveraudit.Renew, Key: "n/a", Owner: "o1", Token: 1, Acquired: at(300), Expires: at(1300), At: at(300)}
+	rs = append(rs, serveraudit.Record{Seq: 4, Kind: serveraudit.Renew, Key: "n/a", Owner: "o1", Token: 1, Acquired: at(400), Expires: at(1400), At: at(400)})
+	cs := calls()[:2]
+	cs = append(cs,
+		serveraudit.Call{Client: "x", Op: serveraudit.OpRenew, Key: "n/a", Owner: "o1", Token: 1, Sent: at(100), Returned: at(200), Outcome: serveraudit.Ambiguous},
+		serveraudit.Call{Client: "x", Op: serveraudit.OpRenew, Key: "n/a", Owner: "o1", Token: 1, Sent: at(250), Returned: at(301), Outcome: serveraudit.OK, Acquired: at(300), Expires: at(1300)})
+	rep := serveraudit.Match(&serveraudit.Log{Records: rs}, cs)
+	if len(rep.Violations) != 0 {
+		t.Fatalf("violations: %v", rep.Violations)
+	}
+	if rep.Calls[2].Fate != serveraudit.Committed {
+		t.Errorf("held-back renewal: fate %q, want committed", rep.Calls[2].Fate)
+	}
+}

@@ -87,9 +87,11 @@ type Report struct {
 //   - every Ambiguous call gets a Fate: an acquisition committed iff its
 //     owner id (fresh per acquisition) was granted; a renewal or release
 //     committed iff a renewal or release of its grant, not claimed by an
-//     OK call, was applied no earlier than the call's send (minus Slack)
-//     and after no later-sent call of the same grant could have made it
-//     (each such record goes to the latest call sent before it).
+//     OK call, was applied no earlier than the call's send (minus Slack):
+//     each unclaimed renewal goes to the latest ambiguous renewal call
+//     sent before it that no other renewal took (a call runs at most
+//     once); a release record goes to the latest release call sent before
+//     it (an OK one, when that is later: release is idempotent).
 //
 // A Valkey End settles a release only when the file proves what it was: a
 // record before the grant's expiry is a release; one no earlier than the
@@ -238,12 +240,24 @@ func Match(l *Log, calls []Call) Report {
 		return best
 	}
 	for gk, g := range grants {
+		// A renewal call executes at most once: each unclaimed renewal
+		// goes to the latest ambiguous call sent before it that no other
+		// renewal took (a call held back by the server may run after a
+		// later call of the same grant).
 		for _, r := range g.renews {
 			if g.claimed[r.Seq] {
 				continue
 			}
-			i := latestBefore(gk, OpRenew, r.At)
-			if i < 0 || rep.Calls[i].Outcome != Ambiguous {
+			i := -1
+			refs := pending[gk]
+			for j := len(refs) - 1; j >= 0; j-- {
+				c := rep.Calls[refs[j].i]
+				if c.Op == OpRenew && c.Outcome == Ambiguous && c.Fate == "" && !refs[j].sent.After(r.At.Add(Slack)) {
+					i = refs[j].i
+					break
+				}
+			}
+			if i < 0 {
 				rep.Violations = append(rep.Violations, Violation{"unreported-commit", fmt.Sprintf("%s token %d: a renewal at %v that no ambiguous call explains", gk.key, gk.token, r.At.Format(time.RFC3339Nano)), []int{r.Seq}})
 				continue
 			}
