@@ -40,5 +40,18 @@
 // The real-server tier (TestReal*) runs the scenarios that need a real
 // wire against private Valkey/Redis and PostgreSQL servers
 // (internal/testserver) through an in-process fault proxy
-// (internal/faultproxy), serially, with short TTLs and repetitions.
+// (internal/faultproxy), serially, with short TTLs and repetitions. Every
+// mutation the scenario's stores are asked for is recorded as its caller
+// saw it, and at the end of each repetition the server's own audit
+// (internal/serveraudit: a row trigger on PostgreSQL, the append-only file
+// on Valkey) is checked by itself (C1) and against those calls (C4: every
+// acknowledged mutation committed, every ambiguous one settled as
+// committed or not). A failure writes the audit and the matched calls as
+// JSON next to the history.
+//
+// TestRealNemesisSoak is the randomised nemesis soak: contending clients
+// while a seeded nemesis delays, partitions, cuts and resets their
+// connections and freezes the server. It runs 10s per backend by default;
+// LEASE_SAFETY_SOAK=30m makes it the long tier's soak, LEASE_SAFETY_SEED
+// replays its schedule.
 package safety
