@@ -77,7 +77,8 @@
 //     wait. So these statements first lock their rows (SELECT ... FOR
 //     UPDATE in a CTE) and evaluate the bound on the locked rows (for a
 //     batch: once every row is locked), then update. A bound in the
-//     UPDATE's own WHERE lets a late renewal through (tested).
+//     UPDATE's own WHERE lets a late update through
+//     (TestPlainUpdateChecksBeforeLockWait).
 //
 // A late statement changes nothing (no token, no expiry) and, if its
 // caller still waits, fails with leaseapi.ErrBackendUnavailable ("not

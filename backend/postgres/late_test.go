@@ -417,3 +417,47 @@ func TestHeldBackWithinBudgetTimedFromStart(t *testing.T) {
 		})
 	}
 }
+
+// TestPlainUpdateChecksBeforeLockWait pins down the PostgreSQL behaviour
+// that shapes the renew statements: a plain UPDATE evaluates its WHERE
+// (clock_timestamp() included) before it waits for a row lock, and does not
+// evaluate it again when the lock holder only locked the row. A bound
+// placed there lets a late update through, which is why Renew and
+// RenewBatch lock their rows first and check the bound afterwards.
+func TestPlainUpdateChecksBeforeLockWait(t *testing.T) {
+	t.Parallel()
+	e := newLateEnv(t)
+	tbl := pgx.Identifier{e.opts.Schema, "plain"}.Sanitize()
+	if _, err := e.direct.Exec(t.Context(), "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v int); INSERT INTO "+tbl+" VALUES (1, 0)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.direct.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+tbl+" WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, dbURL(t), func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = e.app })
+	done := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(t.Context(), "UPDATE "+tbl+" SET v = v + 1 WHERE id = 1 AND clock_timestamp() <= statement_timestamp() + interval '200 milliseconds'")
+		done <- err
+	}()
+	e.waitLocked(t)
+	e.waitPast(t, 250*time.Millisecond)
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := e.direct.QueryRow(t.Context(), "SELECT v FROM "+tbl+" WHERE id = 1").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != 1 {
+		t.Fatalf("v = %d: the plain UPDATE re-checked its WHERE after the lock wait; the renew statements' lock-first shape may no longer be needed", v)
+	}
+}
