@@ -90,9 +90,10 @@
 // What the bound does not cover:
 //
 //   - A call without a ctx deadline sends none (NULL).
-//   - Time before the server receives the statement: network delay, and a
-//     statement queued in a socket buffer, get the full budget again after
-//     arrival. The bound covers waiting inside the server only.
+//   - Time before the server receives the statement: network delay, a
+//     statement queued in a socket buffer or in a pooler such as PgBouncer
+//     get the full budget again after arrival. The bound covers waiting
+//     inside the server only.
 //   - The first acquisition of a key that has no row yet, if it waits for
 //     another transaction's uncommitted insertion of the same key that then
 //     aborts: its check ran before that wait. (If that transaction commits,

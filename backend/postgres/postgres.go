@@ -135,7 +135,9 @@ func buildStatements(n names) statements {
 		// and only then evaluates its WHERE, so the bound there is checked
 		// with the lock held; the SELECT's WHERE checks it on the path
 		// that inserts a new row. The last column tells a late statement
-		// from a contended one: it is evaluated after ins has run.
+		// from a contended one: it is evaluated after ins has run (so a
+		// contended statement that ends past its bound is reported late:
+		// not applied either way, and its caller's deadline has passed).
 		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
 ins AS (
 	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
