@@ -28,7 +28,9 @@ const soakSmoke = 10 * time.Second
 // clients, each behind its own fault proxy, contend for three keys with
 // managed holders (renewing while they write, for 100ms–1.5s) and short
 // jobs (acquire, one to three writes, release), every write going to the
-// key's fenced resource with the holder's token. Meanwhile a seeded
+// key's fenced resource with the holder's token. One admission in 25 is
+// followed by a stall of TTL/2–2×TTL before its write (a paused holder),
+// so that the resource's fencing is exercised too. Meanwhile a seeded
 // nemesis picks, every 20–400ms, a client and a fault: a delay of 5–150ms
 // ± up to 100ms, a blackhole of 50ms–2.5×TTL, a one-shot cut after the
 // next request (committed, reply lost), a reset of its connections, or a
@@ -73,6 +75,7 @@ func TestRealNemesisSoak(t *testing.T) {
 type soakStats struct {
 	acquires, grants, acquireFails     atomic.Int64
 	writes, writesRejected, admissions atomic.Int64
+	holderPauses                       atomic.Int64
 	mu                                 sync.Mutex
 	faults                             map[string]int
 }
@@ -170,9 +173,9 @@ func soak(t *testing.T, e *realEnv, seed uint64, d time.Duration) {
 	}
 	res, audited := e.checkAudit(false)
 	nFaults, faults := st.faultSummary()
-	t.Logf("%s soak %v, seed %d: %d backend mutations, %d acquisitions (%d granted, %d failed), %d admissions, %d writes (%d rejected); %d faults: %s; ambiguous mutations: %d committed, %d not committed, %d undecided",
+	t.Logf("%s soak %v, seed %d: %d backend mutations, %d acquisitions (%d granted, %d failed), %d admissions, %d holder pauses, %d writes (%d rejected); %d faults: %s; ambiguous mutations: %d committed, %d not committed, %d undecided",
 		e.kind, time.Since(start).Round(time.Millisecond), seed, len(e.calls.snapshot()), st.acquires.Load(), st.grants.Load(), st.acquireFails.Load(),
-		st.admissions.Load(), st.writes.Load(), st.writesRejected.Load(), nFaults, faults, res.committed, res.notCommitted, res.undecided)
+		st.admissions.Load(), st.holderPauses.Load(), st.writes.Load(), st.writesRejected.Load(), nFaults, faults, res.committed, res.notCommitted, res.undecided)
 	if st.grants.Load() < 10 {
 		t.Errorf("only %d grants: too thin to prove anything", st.grants.Load())
 	}
@@ -200,6 +203,13 @@ func soakWorker(ctx context.Context, e *realEnv, c *realClient, keys []leaseapi.
 		work := func() {
 			if e.admit(h) {
 				st.admissions.Add(1)
+				if rng.intn(25) == 0 {
+					// The holder stalls between its admission check
+					// and its write (a GC pause, SIGSTOP): only the
+					// resource's fencing protects the data now.
+					st.holderPauses.Add(1)
+					pause(ctx, rng.between(e.policy.TTL()/2, 2*e.policy.TTL()))
+				}
 				st.writes.Add(1)
 				if err := e.write(h, c.name); err != nil {
 					st.writesRejected.Add(1)
