@@ -105,12 +105,11 @@ func Match(l *Log, calls []Call) Report {
 	}
 	// The log, per grant: its grant record, renewals, and how it ended.
 	type grantInfo struct {
-		grant    *Record
-		renews   []*Record
-		end      *Record   // Release or End
-		expires  time.Time // at its end (last renewal)
-		claimed  map[int]bool
-		released bool // end is a Release, or an End proven a release
+		grant   *Record
+		renews  []*Record
+		end     *Record      // Release or End
+		expires time.Time    // at its end (last renewal)
+		claimed map[int]bool // records a call accounts for, by Seq
 	}
 	grants := map[grantKey]*grantInfo{}
 	byOwner := map[[2]string]*grantInfo{} // key, owner → grant
@@ -131,7 +130,7 @@ func Match(l *Log, calls []Call) Report {
 			}
 		case Release:
 			if g := grants[grantKey{r.Key, r.Owner, r.Token}]; g != nil && g.end == nil {
-				g.end, g.released = r, true
+				g.end = r
 			}
 		case End:
 			if gk, ok := current[r.Key]; ok {
@@ -214,8 +213,8 @@ func Match(l *Log, calls []Call) Report {
 		}
 	}
 
-	// Renewals and releases per grant: each unclaimed record goes to the
-	// latest call of that grant sent before it.
+	// Renewals and releases per grant, against the calls of that grant in
+	// the order they were sent.
 	type callRef struct {
 		i    int
 		sent time.Time
