@@ -68,8 +68,20 @@ func (s *Supervisor) run() {
 // sudog, and 100,000 idle leases park here. Close arrives as a reqClose
 // message (or is seen at the top of the loop).
 //
+// The timer is created at the first park, not when the lease starts: a
+// request already queued by then (a release right after the acquisition)
+// is served without ever creating one.
+//
 //go:noinline
 func (s *Supervisor) await() (c call, ok bool) {
+	if s.timer == nil {
+		select {
+		case c = <-s.inbox.Receive():
+			return c, true
+		default:
+		}
+		s.timer = s.cfg.Clock.Timer(max(s.cfg.Clock.Until(s.wakeAt()), 0))
+	}
 	select {
 	case c = <-s.inbox.Receive():
 		return c, true
@@ -97,15 +109,22 @@ func (s *Supervisor) tick() (closed bool) {
 	return false
 }
 
-// rearm points the timer at the next instant the actor must act: the
-// deadline or, if earlier and managed, the next renewal.
+// rearm points the timer, once there is one, at wakeAt (await creates it
+// at the first park).
 func (s *Supervisor) rearm() {
-	v := s.view.Load()
-	next := v.Deadline
+	if s.timer != nil {
+		s.timer.Reset(max(s.cfg.Clock.Until(s.wakeAt()), 0))
+	}
+}
+
+// wakeAt is the next instant the actor must act: the deadline or, if
+// earlier and managed, the next renewal.
+func (s *Supervisor) wakeAt() time.Time {
+	next := s.view.Load().Deadline
 	if s.managed.Load() && s.renewDue.Before(next) {
 		next = s.renewDue
 	}
-	s.timer.Reset(max(s.cfg.Clock.Until(next), 0))
+	return next
 }
 
 // closeStarted reports whether the client has begun closing (canceled
@@ -330,7 +349,9 @@ func (s *Supervisor) exit() {
 		s.view.Store(nv)
 		v = nv
 	}
-	s.timer.Stop()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	if s.managed.Load() {
 		if v.State != leaseapi.StateReleased {
 			s.loss <- Loss{At: s.cfg.Clock.Now(), State: v.State, Err: v.Err}

@@ -141,7 +141,7 @@ type Supervisor struct {
 	managed atomic.Bool
 
 	// Actor-owned state below: touched only by the run goroutine.
-	timer       *clock.Timer // armed at the deadline or the next renewal
+	timer       *clock.Timer // armed at the deadline or the next renewal; nil until the first park
 	renewDue    time.Time    // next managed renewal; meaningful while managed
 	loss        chan Loss    // buffer 1: at most one Loss, then closed
 	everManaged bool
@@ -166,7 +166,6 @@ func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 		Deadline:   g.Record.SafeDeadline(g.SentAt, p),
 	}
 	s.view.Store(v)
-	s.timer = cfg.Clock.Timer(max(cfg.Clock.Until(v.Deadline), 0))
 	go s.run()
 	return s
 }
