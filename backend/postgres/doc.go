@@ -74,8 +74,8 @@
 //   - Renew and RenewBatch: a plain UPDATE evaluates its WHERE before it
 //     waits for a row lock and, if the blocking transaction only locked
 //     the row without changing it, does not evaluate it again after the
-//     wait. So these statements first lock their rows (SELECT ... FOR
-//     UPDATE in a CTE) and evaluate the bound on the locked rows (for a
+//     wait. So these statements first lock their rows (SELECT ... FOR NO
+//     KEY UPDATE in a CTE: the lock the UPDATE takes anyway) and evaluate the bound on the locked rows (for a
 //     batch: once every row is locked), then update. A bound in the
 //     UPDATE's own WHERE lets a late update through
 //     (TestPlainUpdateChecksBeforeLockWait).

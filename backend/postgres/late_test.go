@@ -258,8 +258,8 @@ func TestLateExecutionIsNoop(t *testing.T) {
 }
 
 // TestLateStatusIsNotApplied: a statement that reaches its row past its
-// bound while its caller still waits (here the budget is fixed at 1ms and
-// the ctx has no deadline) changes nothing and fails with a definite
+// bound while its caller still waits (here the budget is fixed at 100ms
+// and the ctx has no deadline) changes nothing and fails with a definite
 // ErrBackendUnavailable, not ErrAmbiguousOutcome, ErrContended or
 // ErrStaleOwner. The same statement with time to spare applies.
 func TestLateStatusIsNotApplied(t *testing.T) {
@@ -272,9 +272,11 @@ func TestLateStatusIsNotApplied(t *testing.T) {
 			before := e.state(t, keys...)
 			unlock := e.lockRow(t, keys[0])
 			errc := make(chan error, 1)
-			go func() { errc <- tc.call(t.Context(), postgres.WithBudget(e.store, time.Millisecond), keys, recs) }()
+			// 100ms, not less: TryAcquire also checks the bound before the
+			// lock wait (on its insert path), and that check must pass.
+			go func() { errc <- tc.call(t.Context(), postgres.WithBudget(e.store, 100*time.Millisecond), keys, recs) }()
 			e.waitLocked(t)
-			e.waitPast(t, 5*time.Millisecond)
+			e.waitPast(t, 105*time.Millisecond)
 			unlock()
 			err := <-errc
 			wantKind(t, "late "+tc.name, err, leaseapi.ErrBackendUnavailable)

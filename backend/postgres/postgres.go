@@ -153,17 +153,17 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, t, inTime("$4")),
 
 		// A plain UPDATE checks its WHERE before it waits for a row lock,
 		// and does not check it again after the wait unless the row was
-		// changed meanwhile; so cur locks the row first (FOR UPDATE), and
-		// gate evaluates the not-after bound ($5) on cur's row, which
-		// exists only once the lock is held. now is read by cur before the
-		// lock wait, so a renewal is judged and timed as of its
-		// statement's start, never later. No row from u means stale, or
-		// late (the last column).
+		// changed meanwhile; so cur locks the row first (FOR NO KEY
+		// UPDATE, the lock the UPDATE takes anyway), and gate evaluates
+		// the not-after bound ($5) on cur's row, which exists only once
+		// the lock is held. now is read by cur before the lock wait, so a
+		// renewal is judged and timed as of its statement's start, never
+		// later. No row from u means stale, or late (the last column).
 		renew: fmt.Sprintf(`WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 cur AS MATERIALIZED (
 	SELECT now.t FROM %[1]s AS l, now
 	WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint
-	FOR UPDATE OF l
+	FOR NO KEY UPDATE OF l
 ),
 gate AS MATERIALIZED (
 	SELECT cur.t, %[2]s AS ok FROM cur
@@ -214,7 +214,7 @@ req AS (
 cur AS MATERIALIZED (
 	SELECT now.t FROM %[1]s AS l, req, now
 	WHERE l.key = req.key AND l.owner = req.owner AND l.token = req.token
-	FOR UPDATE OF l
+	FOR NO KEY UPDATE OF l
 ),
 gate AS MATERIALIZED (
 	SELECT max(cur.t) AS t, %[2]s AS ok FROM cur
