@@ -143,10 +143,16 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
 	if err != nil {
-		if leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
-			if ctx.Err() != nil {
-				return nil, leaseapi.ContextError(op, ctx.Err())
-			}
+		switch kind := leaseapi.Kind(err); {
+		case kind == leaseapi.ErrAmbiguousOutcome:
+		case ctx.Err() != nil:
+			return nil, leaseapi.ContextError(op, ctx.Err())
+		case kind == leaseapi.ErrTimeout || kind == leaseapi.ErrCanceled:
+			// The caller's ctx is live, so the operation timeout ended a
+			// call that sent nothing (say, while connecting): the backend
+			// is unavailable for now, and a waiting Acquire tries again.
+			return nil, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "operation timeout before send")
+		default:
 			return nil, leaseapi.Wrap(err, op)
 		}
 		rec, err = c.resolve(ctx, key, owner, p)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,5 +248,74 @@ func TestTwoClientsOneBackend(t *testing.T) {
 		if err := clients[1].Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// stallingBackend models a backend whose first stalls acquisitions never
+// get their request out (a connection that does not come up): each waits
+// for its ctx and fails with the context's error, having sent nothing.
+// It hides the memory store's NonBlocking, so the client bounds its calls.
+type stallingBackend struct {
+	leaseapi.Backend
+	stalls atomic.Int32
+}
+
+func (b *stallingBackend) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	if b.stalls.Add(-1) >= 0 {
+		<-ctx.Done()
+		return leaseapi.Record{}, leaseapi.ContextError("try acquire", ctx.Err())
+	}
+	return b.Backend.TryAcquire(ctx, k, owner, ttl)
+}
+
+// TestAcquireRetriesOperationTimeout: an attempt cut short by the policy's
+// OperationTimeout before anything was sent is "backend unavailable", not
+// the caller's timeout: TryAcquire says so, and a waiting Acquire tries
+// again within its Wait instead of giving up early.
+func TestAcquireRetriesOperationTimeout(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &stallingBackend{Backend: store}
+		c, err := runtime.NewClient(b, runtimeOpts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		k := testKey(t, "op-timeout")
+		opTimeout := 2 * time.Second
+		p := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, Retry: time.Second, Wait: time.Minute, OperationTimeout: opTimeout})
+
+		b.stalls.Store(1)
+		_, err = c.TryAcquire(t.Context(), k, p)
+		wantKind(t, "TryAcquire cut by the operation timeout", err, leaseapi.ErrBackendUnavailable)
+		if errors.Is(err, leaseapi.ErrTimeout) {
+			t.Fatalf("TryAcquire: %v also matches ErrTimeout; the caller's ctx did not end", err)
+		}
+
+		b.stalls.Store(3)
+		start := time.Now()
+		h, err := c.Acquire(t.Context(), k, p)
+		if err != nil {
+			t.Fatalf("Acquire with a minute of Wait after three stalled attempts: %v", err)
+		}
+		// Three stalls of opTimeout each and three pauses of Retry (plus
+		// jitter, none by default) before the fourth attempt succeeds.
+		if waited, want := time.Since(start), 3*opTimeout+3*p.Retry(); waited != want {
+			t.Fatalf("acquired after %v, want %v", waited, want)
+		}
+		wantState(t, "acquired", h, leaseapi.StateActive)
+		if err := h.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+
+		// The caller's own deadline still ends an attempt as ErrTimeout.
+		b.stalls.Store(1)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = c.Acquire(ctx, k, p)
+		wantKind(t, "Acquire past the caller's deadline", err, leaseapi.ErrTimeout)
 	})
 }
