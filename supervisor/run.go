@@ -74,18 +74,18 @@ func (s *Supervisor) run() {
 //
 //go:noinline
 func (s *Supervisor) await() (c call, ok bool) {
-	if s.timer == nil {
+	if !s.timer.created() {
 		select {
 		case c = <-s.inbox.Receive():
 			return c, true
 		default:
 		}
-		s.timer = s.cfg.Clock.Timer(max(s.cfg.Clock.Until(s.wakeAt()), 0))
+		s.timer = newTimer(s.cfg.Clock, s.cfg.realClock, max(s.cfg.Clock.Until(s.wakeAt()), 0))
 	}
 	select {
 	case c = <-s.inbox.Receive():
 		return c, true
-	case <-s.timer.C:
+	case <-s.timer.C():
 		return c, false
 	}
 }
@@ -112,7 +112,7 @@ func (s *Supervisor) tick() (closed bool) {
 // rearm points the timer, once there is one, at wakeAt (await creates it
 // at the first park).
 func (s *Supervisor) rearm() {
-	if s.timer != nil {
+	if s.timer.created() {
 		s.timer.Reset(max(s.cfg.Clock.Until(s.wakeAt()), 0))
 	}
 }
@@ -349,7 +349,7 @@ func (s *Supervisor) exit() {
 		s.view.Store(nv)
 		v = nv
 	}
-	if s.timer != nil {
+	if s.timer.created() {
 		s.timer.Stop()
 	}
 	if s.managed.Load() {

@@ -79,6 +79,8 @@ type Config struct {
 	// Renewer performs renewals; nil means Backend.Renew. The runtime
 	// passes a batching renewer for backends that renew in batches.
 	Renewer Renewer
+
+	realClock bool // Clock is the wall clock (set by Defaults), see timer
 }
 
 // Grant is the acquisition a supervisor starts from: the record and the
@@ -141,9 +143,9 @@ type Supervisor struct {
 	managed atomic.Bool
 
 	// Actor-owned state below: touched only by the run goroutine.
-	timer       *clock.Timer // armed at the deadline or the next renewal; nil until the first park
-	renewDue    time.Time    // next managed renewal; meaningful while managed
-	loss        chan Loss    // buffer 1: at most one Loss, then closed
+	timer       timer     // armed at the deadline or the next renewal; created at the first park
+	renewDue    time.Time // next managed renewal; meaningful while managed
+	loss        chan Loss // buffer 1: at most one Loss, then closed
 	everManaged bool
 	called      bool // the last step called the backend: continue on a fresh goroutine
 }
@@ -171,7 +173,8 @@ func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 }
 
 // Defaults fills in the zero fields of cfg that have defaults (Life,
-// Renewer) and returns it; call it once before sharing cfg.
+// Renewer), notes whether Clock is the wall clock, and returns cfg; call it
+// once before sharing cfg.
 func (cfg *Config) Defaults() *Config {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
@@ -179,6 +182,7 @@ func (cfg *Config) Defaults() *Config {
 	if cfg.Renewer == nil {
 		cfg.Renewer = cfg.Backend
 	}
+	cfg.realClock = isRealClock(cfg.Clock)
 	return cfg
 }
 
