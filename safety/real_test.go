@@ -1189,21 +1189,20 @@ func TestRealDeferredExecution(t *testing.T) {
 			}
 			return err
 		})
+		// Both requests carried a not-after bound (their operation
+		// timeout; both stores had learnt the server's clock from their
+		// warm-up calls), and writes were held back past it: if the server
+		// ran them late, they changed nothing. (The backends' own
+		// TestLateExecutionIsNoop force the late run; here the client's
+		// abort may also have discarded them.)
 		switch {
 		case held && rec.Owner == h.Owner():
-			// The late renewal committed. PostgreSQL judges it as of its
-			// statement's start (before the grant expired) and times it
-			// from there, so it cannot reach past its send + TTL; a's
-			// handle never trusted it.
-			t.Logf("a's late renewal committed: expires %v after it was sent", rec.ExpiresAt.Sub(renewSent).Round(time.Millisecond))
-			if rec.ExpiresAt.After(renewSent.Add(e.policy.TTL() + 5*time.Millisecond)) {
-				t.Errorf("a's late renewal extended the grant to %v after its send, past the TTL", rec.ExpiresAt.Sub(renewSent))
-			}
+			t.Errorf("a's renewal, held back past its bound, committed: expires %v after it was sent", rec.ExpiresAt.Sub(renewSent).Round(time.Millisecond))
 			if h.State() == leaseapi.StateActive {
 				t.Errorf("a's handle trusted its late renewal")
 			}
 		case held:
-			t.Logf("the late acquisition granted an orphan nobody holds: token %d (a held %d)", rec.Token, h.Token())
+			t.Errorf("b's acquisition, held back past its bound, granted an orphan: token %d (a held %d)", rec.Token, h.Token())
 		default:
 			t.Logf("no late execution left a live grant (last token %d)", rec.Token)
 		}
