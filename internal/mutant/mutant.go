@@ -25,7 +25,11 @@ const (
 	RenewWithoutOwnerCheck = "renew-without-owner-check"
 	// NoFence makes simtest.Resource accept every token.
 	NoFence = "no-fence"
+	// NoWatermark disables the client's token high-water check, so a
+	// grant at or below a token it already saw is handed out instead of
+	// refused with ErrFencingRegression.
+	NoWatermark = "no-watermark"
 )
 
 // All lists every mutant, for test drivers.
-var All = []string{DeadlineFromReply, AdoptAtResolveTime, UncertainAdmits, RenewWithoutOwnerCheck, NoFence}
+var All = []string{DeadlineFromReply, AdoptAtResolveTime, UncertainAdmits, RenewWithoutOwnerCheck, NoFence, NoWatermark}
