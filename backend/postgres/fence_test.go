@@ -267,3 +267,51 @@ func TestFenceContention(t *testing.T) {
 	}
 	t.Logf("%d writes accepted in token order, %d stale writes refused", len(toks), refusedPaused.Load())
 }
+
+// TestFenceJudgesByTheClock: a transaction that began while the grant was
+// live, and fences after it expired, is refused. The check reads
+// clock_timestamp(), not now() (the transaction's start, which would pass
+// a grant that expired while the transaction was open: the mutant
+// pg-now, which TestMutantsAreCaught in safety requires this test to
+// catch).
+func TestFenceJudgesByTheClock(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	s, _ := newStore(t, url, pool)
+	ctx := t.Context()
+	k := leaseapi.MustKey("fence", "clock")
+	const ttl = 200 * time.Millisecond
+	rec, err := s.TryAcquire(ctx, k, "holder", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var live bool // fixes the transaction's start while the grant is live
+	if err := tx.QueryRow(ctx, `SELECT now() < $1::timestamptz`, rec.ExpiresAt).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if !live {
+		t.Fatal("the transaction began after the grant expired: the test proves nothing")
+	}
+	// Poll the server's clock (outside tx) until the grant has expired.
+	limit := time.Now().Add(10 * time.Second)
+	for {
+		var expired bool
+		if err := pool.QueryRow(ctx, `SELECT clock_timestamp() > $1::timestamptz`, rec.ExpiresAt).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatal("the grant never expired on the server's clock")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's clock
+	}
+	wantKind(t, "Fence, in a transaction begun before the expiry, after it", s.Fence(ctx, tx, rec), leaseapi.ErrStaleOwner)
+}

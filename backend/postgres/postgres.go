@@ -292,7 +292,7 @@ func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 		pool:    pool,
 		n:       n,
 		channel: n.channel(),
-		q:       buildStatements(n),
+		q:       buildStatements(n).mutated(),
 	}
 	s.watches = watchhub.New[string, string](s.listen)
 	return s, nil

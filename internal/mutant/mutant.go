@@ -29,7 +29,15 @@ const (
 	// grant at or below a token it already saw is handed out instead of
 	// refused with ErrFencingRegression.
 	NoWatermark = "no-watermark"
+	// PostgresNow makes the PostgreSQL store's statements read now(), the
+	// start of their transaction, instead of clock_timestamp(). The
+	// simulation tier cannot see it: the postgres package's own
+	// real-server tests must.
+	PostgresNow = "pg-now"
 )
 
-// All lists every mutant, for test drivers.
+// All lists the mutants the simulation tier must catch, for test drivers.
 var All = []string{DeadlineFromReply, AdoptAtResolveTime, UncertainAdmits, RenewWithoutOwnerCheck, NoFence, NoWatermark}
+
+// Postgres lists the mutants the postgres package's tests must catch.
+var Postgres = []string{PostgresNow}
