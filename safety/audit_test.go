@@ -55,9 +55,11 @@ func (l *callLog) end(i int, rec leaseapi.Record, err error) {
 			c.Token, c.Acquired, c.Expires = uint64(rec.Token), rec.AcquiredAt, rec.ExpiresAt
 		}
 	case kind == leaseapi.ErrAmbiguousOutcome:
-		c.Outcome, c.Err = serveraudit.Ambiguous, kind.Error()
+		c.Outcome, c.Err = serveraudit.Ambiguous, err.Error()
 	default:
-		c.Outcome, c.Err = serveraudit.Refused, fmt.Sprint(kind)
+		// The whole (redacted) error: its fixed detail tells which path
+		// refused the call.
+		c.Outcome, c.Err = serveraudit.Refused, err.Error()
 	}
 }
 
