@@ -52,15 +52,6 @@ func (s *Store) Close() {
 // watch, since a release may have been missed, and subscribes again after a
 // back-off. It is the listener of s.watches, run on the goroutine the
 // first WatchRelease starts; it returns when ctx is canceled by Close.
-//
-// The subscription has a connection of its own (Dedicate), never the
-// pipelined connection the scripts share. valkey-go (at least to v1.0.79,
-// upstream issue #79) can mismatch replies when subscribe confirmations
-// and command replies interleave on one connection across reconnections:
-// the safety suite's nemesis soak saw a committed acquisition answered as
-// "backend unavailable", and a "protocol bug, message handled out of
-// order" panic. On its own connection a subscription cannot do that to a
-// lease operation.
 func (s *Store) subscribe(ctx context.Context) {
 	// The hook runs on valkey-go's pipeline goroutine for every subscribe
 	// confirmation, including the ones after a reconnection: waking is a
@@ -78,11 +69,9 @@ func (s *Store) subscribe(ctx context.Context) {
 	backoff := watchhub.Backoff{Min: resubscribeMin, Max: resubscribeMax}
 	for {
 		start := time.Now()
-		dc, done := s.client.Dedicate()
-		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
+		_ = s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
 			s.watches.Notify(m.Message)
 		})
-		done()
 		if ctx.Err() != nil {
 			return
 		}
