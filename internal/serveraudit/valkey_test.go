@@ -12,6 +12,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/backendtest"
 	"github.com/leasekit/lease/internal/serveraudit"
 	"github.com/leasekit/lease/internal/testenv"
 	"github.com/leasekit/lease/internal/testserver"
@@ -67,7 +68,7 @@ func script(t *testing.T, s leaseapi.Backend, k leaseapi.Key, expired func(rec l
 		if time.Now().After(end) {
 			t.Fatalf("o2's grant never expired")
 		}
-		time.Sleep(10 * time.Millisecond) // polling the server's state
+		_ = backendtest.Pause(ctx, 10*time.Millisecond) // polling the server's state
 	}
 	acquire("o3", time.Second)
 	return calls
