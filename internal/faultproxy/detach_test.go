@@ -1,7 +1,6 @@
 package faultproxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/leasekit/lease/internal/testserver"
 )
 
 // holdServer accepts one connection and hands it to the test, which plays
@@ -125,18 +122,7 @@ func TestDetachThenClose(t *testing.T) {
 // the server never saw the client go.
 func TestDetachAgainstRedis(t *testing.T) {
 	t.Parallel()
-	srv, err := testserver.StartRedis(testserver.RedisOptions{})
-	if skip := testserver.SkipReason("redis", testserver.EnvValkeyAddr, err); skip != "" {
-		t.Skip(skip)
-	}
-	defer srv.Stop()
-	p := newProxy(t, srv.Addr())
-	c := dial(t, p.Addr())
-	r := bufio.NewReader(c)
-	write(t, c, "SET token 41\r\n")
-	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
-		t.Fatalf("SET reply %q, %v", line, err)
-	}
+	srv, p, c, _ := redisViaProxy(t)
 	if _, err := srv.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +148,7 @@ func TestDetachAgainstRedis(t *testing.T) {
 // the lock is released although its client was reset meanwhile.
 func TestDetachAgainstPostgres(t *testing.T) {
 	t.Parallel()
-	srv, err := testserver.StartPostgres(testserver.PostgresOptions{})
-	if skip := testserver.SkipReason("postgres", testserver.EnvPostgresURL, err); skip != "" {
-		t.Skip(skip)
-	}
-	defer srv.Stop()
-	p := newProxy(t, srv.Addr())
+	srv, p := postgresViaProxy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	direct, err := pgx.Connect(ctx, srv.URL())

@@ -13,12 +13,7 @@ import (
 // error to the client, and the row is there.
 func TestCutAgainstPostgres(t *testing.T) {
 	t.Parallel()
-	srv, err := testserver.StartPostgres(testserver.PostgresOptions{})
-	if skip := testserver.SkipReason("postgres", testserver.EnvPostgresURL, err); skip != "" {
-		t.Skip(skip)
-	}
-	defer srv.Stop()
-	p := newProxy(t, srv.Addr())
+	srv, p := postgresViaProxy(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -49,4 +44,16 @@ func TestCutAgainstPostgres(t *testing.T) {
 	if n != 1 {
 		t.Errorf("rows after the cut = %d; want 1: the INSERT must have committed", n)
 	}
+}
+
+// postgresViaProxy starts a private PostgreSQL server (or skips, see
+// testserver.SkipReason) and a proxy in front of it.
+func postgresViaProxy(t *testing.T) (*testserver.PostgresServer, *Proxy) {
+	t.Helper()
+	srv, err := testserver.StartPostgres(testserver.PostgresOptions{})
+	if skip := testserver.SkipReason("postgres", testserver.EnvPostgresURL, err); skip != "" {
+		t.Skip(skip)
+	}
+	t.Cleanup(srv.Stop)
+	return srv, newProxy(t, srv.Addr())
 }

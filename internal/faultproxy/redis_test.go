@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,24 +18,12 @@ import (
 // reply, and a later reader sees the increment.
 func TestCutAgainstRedis(t *testing.T) {
 	t.Parallel()
-	srv, err := testserver.StartRedis(testserver.RedisOptions{})
-	if skip := testserver.SkipReason("redis", testserver.EnvValkeyAddr, err); skip != "" {
-		t.Skip(skip)
-	}
-	defer srv.Stop()
-	p := newProxy(t, srv.Addr())
-
-	c := dial(t, p.Addr())
-	r := bufio.NewReader(c)
-	write(t, c, "SET token 41\r\n")
-	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
-		t.Fatalf("SET reply %q, %v", line, err)
-	}
+	srv, p, c, r := redisViaProxy(t)
 
 	done := p.CutAfterRequest()
 	write(t, c, "INCR token\r\n")
 	waitChan(t, done, "the cut")
-	_, err = r.ReadString('\n')
+	_, err := r.ReadString('\n')
 	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
 		t.Fatalf("reply after the cut: %v; want a reset", err)
 	}
@@ -61,4 +50,24 @@ func TestCutAgainstRedis(t *testing.T) {
 	if line, err := r2.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+PONG") {
 		t.Fatalf("PING after healing = %q, %v", line, err)
 	}
+}
+
+// redisViaProxy starts a private Redis server (or skips, see
+// testserver.SkipReason), a proxy in front of it and a raw client
+// connection through the proxy, on which it has set "token" to 41.
+func redisViaProxy(t *testing.T) (*testserver.RedisServer, *Proxy, net.Conn, *bufio.Reader) {
+	t.Helper()
+	srv, err := testserver.StartRedis(testserver.RedisOptions{})
+	if skip := testserver.SkipReason("redis", testserver.EnvValkeyAddr, err); skip != "" {
+		t.Skip(skip)
+	}
+	t.Cleanup(srv.Stop)
+	p := newProxy(t, srv.Addr())
+	c := dial(t, p.Addr())
+	r := bufio.NewReader(c)
+	write(t, c, "SET token 41\r\n")
+	if line, err := r.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("SET reply %q, %v", line, err)
+	}
+	return srv, p, c, r
 }
