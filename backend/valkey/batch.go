@@ -13,12 +13,14 @@ import (
 // server time) not to stall other clients while it runs.
 const batchChunk = 256
 
-// unit is one script call of a batch: the request indexes it covers, and
-// its keys and arguments.
+// unit is one script call of a batch: the request indexes it covers, its
+// keys and arguments, and its request id (each call has its own, so that
+// replies swapped within the pipeline are caught too).
 type unit struct {
 	elems []int
 	keys  []string
 	args  []string
+	id    int64
 }
 
 // RenewBatch implements [leaseapi.BatchRenewer]. Each element has exactly
@@ -54,14 +56,17 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
 	for start := 0; start < len(valid); start += chunk {
 		elems := valid[start:min(start+chunk, len(valid))]
-		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems)+1)}
+		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems)+2)}
 		for _, i := range elems {
 			r := reqs[i]
 			lk, _ := s.Keys(r.Record.Key)
 			u.keys = append(u.keys, lk)
 			u.args = append(u.args, r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL))
 		}
-		u.args = append(u.args, na) // srcRenew and srcRenewBatch alike: the last argument
+		// srcRenew and srcRenewBatch alike: the bound, then the id.
+		var ida string
+		u.id, ida = newRequestID()
+		u.args = append(u.args, na, ida)
 		units = append(units, u)
 	}
 
@@ -91,10 +96,10 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	for j, u := range units {
 		if chunk == 1 {
 			i := u.elems[0]
-			out[i].Record, out[i].Err = s.decodeRenew(res[j], reqs[i].Record, op, sent)
+			out[i].Record, out[i].Err = s.decodeRenew(res[j], u.id, reqs[i].Record, op, sent)
 			continue
 		}
-		vals, err := res[j].AsIntSlice()
+		vals, err := ints(res[j], u.id, op, true)
 		if now, ok := batchTime(vals); ok && err == nil {
 			s.clock.observe(now, sent)
 		}
@@ -119,16 +124,15 @@ func batchTime(vals []int64) (int64, bool) {
 	return 0, false
 }
 
-// decodeBatch decodes a batch script's reply (vals, or the error of the
-// call), three integers per element (status, acquired, expires), or
-// {statusLate, now} for the whole call, into out.
+// decodeBatch decodes a batch script's reply (vals without the request
+// id, or the call's error as ints returns it), three integers per element
+// (status, acquired, expires), or {statusLate, now} for the whole call,
+// into out.
 func decodeBatch(vals []int64, err error, elems []int, reqs []leaseapi.RenewRequest, out []leaseapi.RenewResult, op string) {
 	if err == nil && len(vals) == 2 && vals[0] == statusLate {
 		err = errLate(op)
 	} else if err == nil && len(vals) != 3*len(elems) {
 		err = protocolError(op, true)
-	} else if err != nil {
-		err = leaseapi.Wrap(classify(err, true), op)
 	}
 	for n, i := range elems {
 		if err != nil {

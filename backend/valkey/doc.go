@@ -213,7 +213,19 @@
 //     [leaseapi.ErrBackendUnavailable]. valkey-go does not report whether a
 //     command reached the wire, so a connection that breaks during its
 //     set-up is also reported as ambiguous for a mutation: a conservative
-//     answer, it costs at most a TTL of waiting, never safety.
+//     answer, it costs at most a TTL of waiting, never safety;
+//   - a reply that is not the answer to this request (see below): for a
+//     mutation [leaseapi.ErrAmbiguousOutcome], for a read
+//     [leaseapi.ErrBackendUnavailable], "reply to another request".
+//
+// Every script call carries a random request id as its last argument, and
+// the script echoes it as the last element of its reply. A reply with
+// another id, or none, is never decoded: valkey-go has been seen to hand a
+// call the reply of another one on a pipelined connection reset while it
+// also carried the release subscription, and decoding that reply could
+// grant a lease that another key or owner holds, or report "not applied"
+// for a mutation that ran. An error reply carries no id and cannot be
+// checked this way; it is trusted as described above.
 //
 // Every call is bounded by its context only: give each one a deadline (the
 // runtime's OperationTimeout does). valkey-go detects a connection whose

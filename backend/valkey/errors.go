@@ -75,3 +75,13 @@ func protocolError(op string, mutation bool) error {
 	}
 	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "unexpected reply")
 }
+
+// mismatchError is returned when a reply carries another request's id
+// (reqid.go): the connection delivered replies out of order. Like a reply
+// of the wrong shape it says nothing about whether our script ran.
+func mismatchError(op string, mutation bool) error {
+	if mutation {
+		return leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "reply to another request")
+	}
+	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "reply to another request")
+}

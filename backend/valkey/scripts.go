@@ -28,9 +28,13 @@ import (
 //   - The result is an array whose first element is a status code
 //     (statusOK, statusContended, statusStale, statusGone, statusFree,
 //     statusLate).
+//   - Every script's last argument is the request id (reqid.go), and its
+//     reply ends with it: wrap runs the script's body and appends
+//     tonumber(ARGV[#ARGV]) to whatever array it returns. The replies
+//     documented below are the body's, without the id.
 //   - The scripts that grant or extend (acquire, renew, batched renew) take
-//     a not-after bound as their last argument: server time in
-//     microseconds, "0" for none. When the server's TIME is past it, the
+//     a not-after bound as their last argument before the id: server time
+//     in microseconds, "0" for none. When the server's TIME is past it, the
 //     script writes nothing and returns {statusLate, now}; see notAfter in
 //     clock.go. The bound is checked first, before any other read.
 //
@@ -44,6 +48,15 @@ const (
 	statusFree      = 5 // Inspect: no live grant; element 2 is the last token
 	statusLate      = 6 // past the request's not-after bound, nothing written; element 2 is now
 )
+
+// wrap makes a script of a body that returns an array: the shebang line
+// (with its flags), then the body as a function whose result gets the
+// request id, the last argument, appended. A body's early returns and its
+// final one are all covered; a runtime error in the body is a server error
+// reply, which carries no id (see classify).
+func wrap(shebang, body string) string {
+	return shebang + "\nlocal function body()" + body + "end\nlocal r = body()\nr[#r+1] = tonumber(ARGV[#ARGV])\nreturn r\n"
+}
 
 // luaNow is the shared prologue: now in microseconds from the server clock.
 const luaNow = `
@@ -60,12 +73,12 @@ if na > 0 and now > na then
 end
 `
 
-// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs).
+// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs), id.
 // Returns {statusLate, now}, {statusContended} or
 // {statusOK, token, acquired, expires}.
-const srcAcquire = "#!lua\n" + luaNow + `
+var srcAcquire = wrap("#!lua", luaNow+`
 local na = tonumber(ARGV[3])
-` + luaLate + `
+`+luaLate+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if h[1] and tonumber(h[2]) > now then
   return {2}
@@ -75,14 +88,14 @@ local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s(tok), 'acquired', s(now), 'expires', s(exp))
 redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
 return {1, tok, now, exp}
-`
+`)
 
-// srcRenew: KEYS lease; ARGV owner, token, ttl (µs), not-after (µs).
+// srcRenew: KEYS lease; ARGV owner, token, ttl (µs), not-after (µs), id.
 // Returns {statusLate, now}, {statusStale} or
 // {statusOK, token, acquired, expires}.
-const srcRenew = "#!lua\n" + luaNow + `
+var srcRenew = wrap("#!lua", luaNow+`
 local na = tonumber(ARGV[4])
-` + luaLate + `
+`+luaLate+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
 if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
   return {3}
@@ -91,16 +104,16 @@ local exp = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'acquired', s(now), 'expires', s(exp))
 redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
 return {1, tonumber(h[2]), now, exp}
-`
+`)
 
 // srcRenewBatch: KEYS lease keys; ARGV owner, token, ttl (µs) per key,
-// then one not-after (µs) for the whole batch.
+// then one not-after (µs) for the whole batch, then the id.
 // Returns {statusLate, now}, or status, acquired, expires per key (status
 // statusOK or statusStale; times 0 when stale). All checks run before the
 // first write.
-const srcRenewBatch = "#!lua\n" + luaNow + `
+var srcRenewBatch = wrap("#!lua", luaNow+`
 local na = tonumber(ARGV[3*#KEYS+1])
-` + luaLate + `
+`+luaLate+`
 local live = {}
 for i = 1, #KEYS do
   local h = redis.call('HMGET', KEYS[i], 'owner', 'token', 'expires')
@@ -118,25 +131,25 @@ for i = 1, #KEYS do
   end
 end
 return out
-`
+`)
 
-// srcValidate: KEYS lease; ARGV owner, token. Writes nothing.
+// srcValidate: KEYS lease; ARGV owner, token, id. Writes nothing.
 // Returns {statusOK} or {statusStale}.
-const srcValidate = "#!lua flags=no-writes\n" + luaNow + `
+var srcValidate = wrap("#!lua flags=no-writes", luaNow+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
 if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
   return {3}
 end
 return {1}
-`
+`)
 
-// srcRelease: KEYS lease, token; ARGV owner, token, channel, message.
+// srcRelease: KEYS lease, token; ARGV owner, token, channel, message, id.
 // Returns {statusOK} (released and published), {statusGone} (already
 // ended, no later grant: idempotent success) or {statusStale}.
 //
 // A lease hash that is missing was released or cleaned up after expiry;
 // the counter then tells whether rec's grant was the latest one.
-const srcRelease = "#!lua\n" + `
+var srcRelease = wrap("#!lua", `
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if not h[1] then
   if redis.call('GET', KEYS[2]) == ARGV[2] then
@@ -150,23 +163,23 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {1}
-`
+`)
 
-// srcInspect: KEYS lease, token. Writes nothing.
+// srcInspect: KEYS lease, token; ARGV id. Writes nothing.
 // Returns {statusOK, token, acquired, expires, owner} for a live grant,
 // else {statusFree, lastToken}.
-const srcInspect = "#!lua flags=no-writes\n" + luaNow + `
+var srcInspect = wrap("#!lua flags=no-writes", luaNow+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'expires')
 if h[1] and tonumber(h[4]) > now then
   return {1, tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), h[1]}
 end
 return {5, tonumber(redis.call('GET', KEYS[2]) or '0')}
-`
+`)
 
 // srcGuard: KEYS lease, cache; ARGV owner, token, value, px (ms, "0" for
-// no expiry). Writes the cache key only if rec is the live grant.
+// no expiry), id. Writes the cache key only if rec is the live grant.
 // Returns {statusOK} or {statusStale}.
-const srcGuard = "#!lua\n" + luaNow + `
+var srcGuard = wrap("#!lua", luaNow+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
 if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
   return {3}
@@ -177,7 +190,7 @@ else
   redis.call('SET', KEYS[2], ARGV[3])
 end
 return {1}
-`
+`)
 
 // The script objects are stateless apart from the SHA-1 they compute once,
 // and safe for concurrent use.

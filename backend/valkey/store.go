@@ -331,7 +331,8 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	}
 	lk, tk := s.Keys(key)
 	na, sent := s.clock.bound(ctx)
-	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na}
+	id, ida := newRequestID()
+	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na, ida}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
@@ -339,9 +340,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	} else {
 		res = scriptAcquire.Exec(ctx, s.client, keys, args)
 	}
-	vals, err := res.AsIntSlice()
+	vals, err := ints(res, id, op, true)
 	if err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+		return leaseapi.Record{}, err
 	}
 	if now, ok := serverTime(vals); ok {
 		s.clock.observe(now, sent)
@@ -406,16 +407,17 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	}
 	lk, _ := s.Keys(rec.Key)
 	na, sent := s.clock.bound(ctx)
-	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl), na})
-	return s.decodeRenew(res, rec, op, sent)
+	id, ida := newRequestID()
+	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl), na, ida})
+	return s.decodeRenew(res, id, rec, op, sent)
 }
 
-// decodeRenew decodes a renew script's reply to a request sent at local
+// decodeRenew decodes a renew script's reply to request id, sent at local
 // instant sent, learning the server's time from it.
-func (s *Store) decodeRenew(res vk.ValkeyResult, rec leaseapi.Record, op string, sent int64) (leaseapi.Record, error) {
-	vals, err := res.AsIntSlice()
+func (s *Store) decodeRenew(res vk.ValkeyResult, id int64, rec leaseapi.Record, op string, sent int64) (leaseapi.Record, error) {
+	vals, err := ints(res, id, op, true)
 	if err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+		return leaseapi.Record{}, err
 	}
 	if now, ok := serverTime(vals); ok {
 		s.clock.observe(now, sent)
@@ -433,9 +435,10 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 		return err
 	}
 	lk, _ := s.Keys(rec.Key)
-	vals, err := scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token)}).AsIntSlice()
+	id, ida := newRequestID()
+	vals, err := ints(scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), ida}), id, op, false)
 	if err != nil {
-		return leaseapi.Wrap(classify(err, false), op)
+		return err
 	}
 	switch {
 	case len(vals) == 1 && vals[0] == statusOK:
@@ -458,17 +461,18 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
-	lk, tk, id := s.names(rec.Key)
-	vals, err := scriptRelease.Exec(ctx, s.client, []string{lk, tk},
-		[]string{rec.Owner, tokenArg(rec.Token), s.channel, id}).AsIntSlice()
+	lk, tk, ident := s.names(rec.Key)
+	id, ida := newRequestID()
+	vals, err := ints(scriptRelease.Exec(ctx, s.client, []string{lk, tk},
+		[]string{rec.Owner, tokenArg(rec.Token), s.channel, ident, ida}), id, op, true)
 	if err != nil {
-		return leaseapi.Wrap(classify(err, true), op)
+		return err
 	}
 	switch {
 	case len(vals) == 1 && vals[0] == statusOK:
 		// Deliver to this Store's own watchers at once; other Stores and
 		// processes learn it from the published message.
-		s.watches.Notify(id)
+		s.watches.Notify(ident)
 		return nil
 	case len(vals) == 1 && vals[0] == statusGone:
 		return nil
@@ -488,10 +492,17 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		return leaseapi.Record{}, false, err
 	}
 	lk, tk := s.Keys(key)
-	arr, err := scriptInspect.Exec(ctx, s.client, []string{lk, tk}, nil).ToArray()
+	id, ida := newRequestID()
+	arr, err := scriptInspect.Exec(ctx, s.client, []string{lk, tk}, []string{ida}).ToArray()
 	if err != nil {
 		return leaseapi.Record{}, false, leaseapi.Wrap(classify(err, false), op)
 	}
+	if n := len(arr); n == 0 {
+		return leaseapi.Record{}, false, protocolError(op, false)
+	} else if got, err := arr[n-1].AsInt64(); err != nil || got != id {
+		return leaseapi.Record{}, false, mismatchError(op, false)
+	}
+	arr = arr[:len(arr)-1]
 	ints := make([]int64, 0, 4)
 	for i := range arr {
 		if i == 4 {
@@ -547,10 +558,11 @@ func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value 
 	if !strings.HasPrefix(cacheKey, want) || len(cacheKey) == len(want) || len(cacheKey)-len(want) > MaxCacheNameBytes {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "cache key not made by CacheKey for this lease")
 	}
-	vals, err := scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
-		[]string{rec.Owner, tokenArg(rec.Token), value, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsIntSlice()
+	id, ida := newRequestID()
+	vals, err := ints(scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
+		[]string{rec.Owner, tokenArg(rec.Token), value, strconv.FormatInt(ttl.Milliseconds(), 10), ida}), id, op, true)
 	if err != nil {
-		return leaseapi.Wrap(classify(err, true), op)
+		return err
 	}
 	switch {
 	case len(vals) == 1 && vals[0] == statusOK:

@@ -1,0 +1,58 @@
+package valkey
+
+import (
+	"math/rand/v2"
+	"strconv"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// Request ids bind every reply to its request.
+//
+// Each script call carries a fresh random id as its last argument, and the
+// script echoes it as the last element of its reply (see wrap in
+// scripts.go). A reply whose id is not the request's belongs to another
+// request: the client's connection delivered replies out of order, as
+// valkey-go has been seen to do on a pipelined connection that is reset
+// while it also carries a subscription. Decoding such a reply as our own
+// could hand out a grant that belongs to another key or owner, or report
+// "not applied" for a mutation that ran; instead the call fails as
+// unreadable (protocolError: ErrAmbiguousOutcome for a mutation).
+//
+// An error reply (a *ValkeyError) carries no id, so it cannot be checked;
+// see classify.
+
+// maxRequestID bounds the ids: Lua numbers are doubles, exact below 2^53,
+// and the script echoes the id as a number.
+const maxRequestID = 1 << 53
+
+// newRequestID returns a fresh id, never 0, and its argument text.
+func newRequestID() (int64, string) {
+	id := 1 + rand.Int64N(maxRequestID-1)
+	return id, strconv.FormatInt(id, 10)
+}
+
+// matchID checks that vals ends with id and returns the values before it.
+func matchID(vals []int64, id int64) ([]int64, bool) {
+	if len(vals) == 0 || vals[len(vals)-1] != id {
+		return nil, false
+	}
+	return vals[:len(vals)-1], true
+}
+
+// ints decodes the reply of a script that returns integers: a failed call
+// is classified, a reply that does not end with id is mismatchError, and
+// the body's values come back without the id.
+func ints(res vk.ValkeyResult, id int64, op string, mutation bool) ([]int64, error) {
+	vals, err := res.AsIntSlice()
+	if err != nil {
+		return nil, leaseapi.Wrap(classify(err, mutation), op)
+	}
+	vals, ok := matchID(vals, id)
+	if !ok {
+		return nil, mismatchError(op, mutation)
+	}
+	return vals, nil
+}
