@@ -87,8 +87,10 @@ func (h *Handle) Validate(ctx context.Context) error { return h.s.Validate(ctx) 
 // Uncertain: call Release again. ErrStaleOwner means another grant replaced
 // this one (nothing was released). On an Expired or Lost handle it returns
 // ErrLost without I/O; the backend frees the key within the safety margin.
-// It does not stop managed renewal's Loss channel from closing: a released
-// managed lease closes it without a value.
+// Release ends managed renewal first, whatever its outcome: the Loss
+// channel closes without a value, and a handle whose release failed is not
+// renewed again (it expires at its deadline unless a later Release
+// succeeds).
 func (h *Handle) Release(ctx context.Context) error { return h.s.Release(ctx) }
 
 // StartManaged starts managed renewal: the supervisor renews every

@@ -174,3 +174,72 @@ func TestCapacity(t *testing.T) {
 		b.faulty.SetMode(simtest.Pass)
 	})
 }
+
+// TestManagedEndsAtFailedRelease: a Release ends managed renewal even when
+// it fails. The Loss channel closes without a value, the managed slot is
+// given back, nothing renews the lease again, and the handle expires at
+// its deadline; a key whose release was not applied is free again one TTL
+// after the last renewal, not held until the client closes (the nemesis
+// soak on Valkey found a lease renewed for good after its release timed
+// out).
+func TestManagedEndsAtFailedRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault simtest.Fault
+		kind  error
+	}{
+		{"release not sent", simtest.FailBeforeSend, leaseapi.ErrBackendUnavailable},
+		{"release applied, reply lost", simtest.LoseReply, leaseapi.ErrAmbiguousOutcome},
+		{"release hangs", simtest.Hang, leaseapi.ErrAmbiguousOutcome},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			simtest.Simulate(t, func(t *testing.T) {
+				b := setup(t, runtimeOpts())
+				p := basicPolicy(t)
+				k := testKey(t, "failed-release")
+				h := mustAcquire(t, b.client, k, p)
+				m, err := h.StartManaged(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				simtest.Advance(p.RenewEvery()) // one renewal
+				deadline := h.Deadline()
+				b.faulty.Inject(leaseapi.OpRelease, tc.fault)
+				wantKind(t, "Release", h.Release(t.Context()), tc.kind)
+				if st := h.State(); st != leaseapi.StateUncertain {
+					t.Fatalf("after the failed release: state %v, want Uncertain", st)
+				}
+				select {
+				case _, ok := <-m.Loss():
+					if ok {
+						t.Fatal("the failed release delivered a Loss")
+					}
+				default:
+					t.Fatal("Loss channel still open after the release: managed renewal goes on")
+				}
+				if b.client.Managed() != 0 {
+					t.Fatalf("managed count after Release: got %d, want 0", b.client.Managed())
+				}
+				renewals := b.faulty.Calls(leaseapi.OpRenew)
+				simtest.Advance(3 * p.TTL())
+				if got := b.faulty.Calls(leaseapi.OpRenew); got != renewals {
+					t.Fatalf("%d renewals after the failed release, want none", got-renewals)
+				}
+				if st := h.State(); st != leaseapi.StateExpired {
+					t.Fatalf("3 TTLs after the failed release: state %v, want Expired", st)
+				}
+				if h.Deadline() != deadline {
+					t.Fatalf("deadline moved from %v to %v", deadline, h.Deadline())
+				}
+				// The key is free (released, or expired on the backend).
+				h2, err := b.client.TryAcquire(t.Context(), k, p)
+				if err != nil {
+					t.Fatalf("TryAcquire 3 TTLs after the failed release: %v", err)
+				}
+				if h2.Token() <= h.Token() {
+					t.Fatalf("new token %d not above the released one %d", h2.Token(), h.Token())
+				}
+			})
+		})
+	}
+}

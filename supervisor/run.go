@@ -147,6 +147,12 @@ func (s *Supervisor) handle(r request) reply {
 	case reqValidate:
 		return reply{err: s.step(evValidate)}
 	case reqRelease:
+		// A release ends managed renewal whatever its outcome: the holder
+		// is giving the lease up, and renewing it after a release that
+		// failed would keep the key from everyone until the client closes.
+		// A failed release leaves the handle Uncertain, to be released
+		// again or to expire at its deadline.
+		s.stopManaged()
 		return reply{err: s.step(evRelease)}
 	case reqStartManaged:
 		return s.startManaged()

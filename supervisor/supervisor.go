@@ -221,7 +221,9 @@ func (s *Supervisor) Validate(ctx context.Context) error {
 }
 
 // Release asks the actor to release the lease (compare-and-release).
-// Idempotent: after a successful release it returns nil.
+// Idempotent: after a successful release it returns nil. It ends managed
+// renewal before the backend call, whatever the call's outcome (the loss
+// channel closes without a value).
 func (s *Supervisor) Release(ctx context.Context) error {
 	return s.ask(ctx, reqRelease, "release").err
 }
