@@ -233,6 +233,9 @@
 // until then calls on it time out by their contexts. Set it to a few times
 // your operation timeout for faster recovery after a partition.
 //
+// Release notifications arrive on a connection of their own, taken from
+// valkey-go's blocking pool by the first WatchRelease and given back by
+// Close; the scripts never share a connection with the subscription.
 // Release notification is best effort: a watch may miss a release while
 // the subscription is down (its waiter retries after its retry interval);
 // when the subscription drops or is confirmed again after a reconnection,

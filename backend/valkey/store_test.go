@@ -339,6 +339,54 @@ func TestReleaseNotificationLatency(t *testing.T) {
 	}
 }
 
+// TestSubscriptionHasItsOwnConnection: the release subscription never
+// shares a connection with the scripts. valkey-go can hand a call another
+// call's reply on a connection that also carries a subscription and is
+// reset (the nemesis soak saw it, and a "message handled out of order"
+// panic), so the Store subscribes on a dedicated connection. The server's
+// CLIENT LIST shows, for the connections of the Store's client (found by
+// their name), which subscribe and which ran a script last.
+func TestSubscriptionHasItsOwnConnection(t *testing.T) {
+	addr := serverAddr(t)
+	name := uniquePrefix()
+	c := newClientOpt(t, vk.ClientOption{InitAddress: []string{addr}, ClientName: name})
+	s := newStore(t, c, valkey.Options{})
+	warmWatch(t, s, s)
+	// warmWatch's last release went through s: a script, on the shared
+	// connection, after the subscription was confirmed.
+	admin := newClient(t, addr)
+	list, err := admin.Do(t.Context(), admin.B().ClientList().Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subs, scripts int
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				f[k] = v
+			}
+		}
+		if f["name"] != name {
+			continue
+		}
+		sub := f["sub"] != "0" && f["sub"] != ""
+		script := f["cmd"] == "evalsha" || f["cmd"] == "eval"
+		if sub {
+			subs++
+		}
+		if script {
+			scripts++
+		}
+		if sub && script {
+			t.Errorf("one connection subscribes and runs scripts: %s", line)
+		}
+	}
+	if subs != 1 || scripts == 0 {
+		t.Fatalf("the client's connections: %d subscribed (want 1), %d ran a script last (want >= 1):\n%s", subs, scripts, list)
+	}
+}
+
 func TestWatchReleaseOtherKeyAndStop(t *testing.T) {
 	addr := serverAddr(t)
 	prefix := uniquePrefix()

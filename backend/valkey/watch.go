@@ -52,6 +52,18 @@ func (s *Store) Close() {
 // watch, since a release may have been missed, and subscribes again after a
 // back-off. It is the listener of s.watches, run on the goroutine the
 // first WatchRelease starts; it returns when ctx is canceled by Close.
+//
+// The subscription has a connection of its own (Dedicate: one from
+// valkey-go's blocking pool, given back when the subscription ends), never
+// the pipelined connection the scripts share. valkey-go (v1.0.79) can
+// mismatch replies when subscribe confirmations and command replies
+// interleave on one connection across reconnections: the safety suite's
+// nemesis soak saw a committed acquisition answered as "not applied", and
+// a "protocol bug, message handled out of order" panic. The request ids
+// (reqid.go) make a mismatched reply harmless; the dedicated connection
+// keeps it from happening. Dedicate waits for a free connection when the
+// blocking pool is exhausted (ClientOption.BlockingPoolSize), and Close
+// then waits with it.
 func (s *Store) subscribe(ctx context.Context) {
 	// The hook runs on valkey-go's pipeline goroutine for every subscribe
 	// confirmation, including the ones after a reconnection: waking is a
@@ -69,9 +81,11 @@ func (s *Store) subscribe(ctx context.Context) {
 	backoff := watchhub.Backoff{Min: resubscribeMin, Max: resubscribeMax}
 	for {
 		start := time.Now()
-		_ = s.client.Receive(hctx, s.client.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
+		dc, done := s.client.Dedicate()
+		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
 			s.watches.Notify(m.Message)
 		})
+		done()
 		if ctx.Err() != nil {
 			return
 		}
