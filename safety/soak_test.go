@@ -147,6 +147,14 @@ func soak(t *testing.T, e *realEnv, seed uint64, d time.Duration) {
 		}
 		if err != nil {
 			t.Errorf("fresh acquire of %v %v after the heal: %v", k, time.Since(healed).Round(time.Millisecond), err)
+			// Who kept the key: every call on it from 3s before the heal.
+			t.Logf("the calls on %v since 3s before the heal at %s:", k, healed.Format("15:04:05.000"))
+			for _, c := range e.calls.snapshot() {
+				if c.Key == k.String() && c.Sent.After(healed.Add(-3*time.Second)) {
+					t.Logf("  %s %s owner %s token %d sent %s returned %s: %v %s (expires %s)", c.Client, c.Op, c.Owner, c.Token,
+						c.Sent.Format("15:04:05.000"), c.Returned.Format("15:04:05.000"), c.Outcome, c.Err, c.Expires.Format("15:04:05.000"))
+				}
+			}
 			continue
 		}
 		e.granted(h)
