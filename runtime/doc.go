@@ -65,7 +65,9 @@
 // within the policy's Wait and MaxAttempts, waking early on a release
 // notification when the backend offers one. Managed renewal retries a
 // failed renewal every Retry (or RenewEvery/4) until the deadline, then
-// reports a Loss. Observers ([NewObservedBackend]) see every backend call
+// reports a Loss. A Release ends managed renewal whatever its outcome: a
+// lease whose release failed is not renewed again, and expires at its
+// deadline unless a later Release succeeds. Observers ([NewObservedBackend]) see every backend call
 // as an event carrying a keyed hash of the key.
 //
 // # What this package does not do
