@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/resp"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -59,9 +59,12 @@ func (s *scriptedServer) serve(c net.Conn) {
 	defer c.Close()
 	r, w := bufio.NewReader(c), bufio.NewWriter(c)
 	for {
-		cmd, err := readCommand(r)
+		cmd, err := resp.ReadCommand(r)
 		if err != nil {
 			return
+		}
+		if cmd == nil {
+			continue
 		}
 		switch strings.ToUpper(cmd[0]) {
 		case "EVALSHA", "EVAL":
@@ -80,41 +83,6 @@ func (s *scriptedServer) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-// readCommand reads one command: an array of bulk strings.
-func readCommand(r *bufio.Reader) ([]string, error) {
-	n, err := readHeader(r, '*')
-	if err != nil {
-		return nil, err
-	}
-	cmd := make([]string, n)
-	for i := range cmd {
-		m, err := readHeader(r, '$')
-		if err != nil {
-			return nil, err
-		}
-		buf := make([]byte, m+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		cmd[i] = string(buf[:m])
-	}
-	if n == 0 {
-		return nil, errors.New("empty command")
-	}
-	return cmd, nil
-}
-
-func readHeader(r *bufio.Reader, typ byte) (int, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	if len(line) < 3 || line[0] != typ {
-		return 0, fmt.Errorf("want %q, got %q", typ, line)
-	}
-	return strconv.Atoi(strings.TrimSuffix(line[1:], "\r\n"))
 }
 
 // TestReplyOfAnotherRequest shows that every script reply is bound to its

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasekit/lease/internal/resp"
 )
 
 // ErrNoAOF means the server keeps no append-only file the reader can use.
@@ -107,7 +109,7 @@ func parseCommands(b []byte, base int) ([]command, error) {
 	r := bufio.NewReader(bytes.NewReader(b))
 	var out []command
 	for n := base; ; n++ {
-		args, err := readArray(r)
+		args, err := resp.ReadCommand(r)
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
@@ -120,50 +122,6 @@ func parseCommands(b []byte, base int) ([]command, error) {
 		}
 		out = append(out, command{pos: n, args: args})
 	}
-}
-
-// readArray reads one command: nil, nil for an annotation line; io.EOF at
-// a clean end.
-func readArray(r *bufio.Reader) ([]string, error) {
-	line, err := r.ReadString('\n')
-	if err == io.EOF && line == "" {
-		return nil, io.EOF
-	}
-	if err != nil {
-		return nil, errors.New("truncated command")
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if strings.HasPrefix(line, "#") {
-		return nil, nil
-	}
-	if !strings.HasPrefix(line, "*") {
-		return nil, fmt.Errorf("want an array, got %q", line)
-	}
-	n, err := strconv.Atoi(line[1:])
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("bad array header %q", line)
-	}
-	args := make([]string, n)
-	for i := range args {
-		h, err := r.ReadString('\n')
-		if err != nil {
-			return nil, errors.New("truncated command")
-		}
-		h = strings.TrimSuffix(h, "\r\n")
-		if !strings.HasPrefix(h, "$") {
-			return nil, fmt.Errorf("want a bulk string, got %q", h)
-		}
-		m, err := strconv.Atoi(h[1:])
-		if err != nil || m < 0 {
-			return nil, fmt.Errorf("bad bulk header %q", h)
-		}
-		buf := make([]byte, m+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, errors.New("truncated command")
-		}
-		args[i] = string(buf[:m])
-	}
-	return args, nil
 }
 
 // replay turns commands into records of the lease keys under prefix.
