@@ -128,9 +128,9 @@ func soak(t *testing.T, e *realEnv, seed uint64, d time.Duration) {
 	healed := time.Now()
 	fresh := e.client("fresh")
 	for _, k := range keys {
-		// Acquire retries within its Wait, but not an attempt that ends
-		// in ErrTimeout (PostgreSQL: the operation timeout ran out while
-		// connecting, before anything was sent); retry those here.
+		// Acquire retries contention and unavailability within its Wait
+		// (the policy's); eventually retries an Acquire that failed
+		// otherwise, within 5s in all.
 		var h *runtime.Handle
 		var failed []string
 		err := eventually(5*time.Second, func() error {
