@@ -20,7 +20,9 @@ import (
 // four seconds) on Valkey and on PostgreSQL: four servers, each with its
 // own connection to the server, one 40ms ahead, one 120ms late (after the
 // winner's run and release), one crashing halfway. Every OnOneServer slot
-// runs exactly once and NonOverlap runs never overlap.
+// runs at most once, and exactly once unless every server reported it
+// Missed (woke after it passed: a loaded machine) or Failed; NonOverlap
+// runs never overlap.
 func TestRealBackendFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time scenario on real servers")
@@ -34,6 +36,7 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 	const every = 200 * time.Millisecond
 	var mu sync.Mutex
 	reports := map[time.Time][]string{}
+	outcomes := map[time.Time]map[string]scheduler.Outcome{} // the report job's, per slot and server
 	var spans []runSpan
 	type srv struct {
 		name   string
@@ -56,7 +59,17 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 			f.SetMode(simtest.Pass)
 			_ = c.Close(context.Background())
 		})
-		sc, err := scheduler.New(c, scheduler.Options{Clock: clk})
+		sc, err := scheduler.New(c, scheduler.Options{Clock: clk, OnEvent: func(ev scheduler.Event) {
+			if ev.Job != "report" {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if outcomes[ev.Slot] == nil {
+				outcomes[ev.Slot] = map[string]scheduler.Outcome{}
+			}
+			outcomes[ev.Slot][name] = ev.Outcome
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,12 +128,31 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 			t.Errorf("report slot %s ran on %v", slot.Format("15:04:05.000"), who)
 		}
 	}
-	n := 0
+	n, dropped := 0, 0
 	for slot := first; !slot.After(last); slot = slot.Add(every) {
 		n++
-		if len(reports[slot]) != 1 {
-			t.Errorf("report slot %s ran %d times, want once", slot.Format("15:04:05.000"), len(reports[slot]))
+		if len(reports[slot]) == 1 {
+			continue
 		}
+		// Not run. The scheduler does not run passed slots late: a slot
+		// that every server woke too late for (a loaded machine) is
+		// Missed by all, or Failed on the one whose backend is down. Any
+		// other outcome (Taken, or no event at all) means it was lost.
+		lost := len(outcomes[slot]) != len(servers)
+		for _, o := range outcomes[slot] {
+			if o != scheduler.Missed && o != scheduler.Failed {
+				lost = true
+			}
+		}
+		if lost {
+			t.Errorf("report slot %s ran %d times, want once; outcomes %v", slot.Format("15:04:05.000"), len(reports[slot]), outcomes[slot])
+			continue
+		}
+		dropped++
+		t.Logf("report slot %s: every server late (%v)", slot.Format("15:04:05.000"), outcomes[slot])
+	}
+	if dropped > n/5 {
+		t.Errorf("%d of %d report slots missed by every server: the machine is too slow for this scenario", dropped, n)
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
 	for i := 1; i < len(spans); i++ {
