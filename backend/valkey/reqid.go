@@ -19,7 +19,8 @@ import (
 // while it also carries a subscription. Decoding such a reply as our own
 // could hand out a grant that belongs to another key or owner, or report
 // "not applied" for a mutation that ran; instead the call fails as
-// unreadable (protocolError: ErrAmbiguousOutcome for a mutation).
+// unreadable (mismatchError: ErrAmbiguousOutcome for a mutation), and
+// the server time it carries is not learnt (clock.go).
 //
 // An error reply (a *ValkeyError) carries no id, so it cannot be checked;
 // see classify.

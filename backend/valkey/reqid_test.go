@@ -110,6 +110,17 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 
 	key := leaseapi.MustKey("reqid", "k")
 	now := time.Now().UnixMicro()
+
+	// The server time in a reply to another request is not learnt: the
+	// Store has no observation of the server's clock before, nor after.
+	srv.answer(func(args []string) []int64 { return []int64{6, now + 3600e6, 1} }) // late, an hour ahead, id 1
+	if _, err := s.TryAcquire(context.Background(), key, ownerA, time.Second); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
+		t.Fatalf("TryAcquire answered by another request's late reply: got %v, want ErrAmbiguousOutcome", err)
+	}
+	if b := valkey.BoundAt(s, time.Now().Add(time.Second)); b != 0 {
+		t.Fatalf("after a reply to another request the Store sends the bound %d, want 0 (no observation)", b)
+	}
+
 	exp := now + time.Second.Microseconds()
 	rec := leaseapi.Record{Key: key, Owner: ownerA, Token: 7,
 		AcquiredAt: time.UnixMicro(now), ExpiresAt: time.UnixMicro(exp)}

@@ -503,7 +503,7 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		return leaseapi.Record{}, false, mismatchError(op, false)
 	}
 	arr = arr[:len(arr)-1]
-	ints := make([]int64, 0, 4)
+	nums := make([]int64, 0, 4)
 	for i := range arr {
 		if i == 4 {
 			break
@@ -512,17 +512,17 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		if err != nil {
 			return leaseapi.Record{}, false, protocolError(op, false)
 		}
-		ints = append(ints, v)
+		nums = append(nums, v)
 	}
 	switch {
-	case len(arr) == 2 && ints[0] == statusFree && ints[1] >= 0:
-		return leaseapi.Record{Key: key, Token: leaseapi.Token(ints[1])}, false, nil
-	case len(arr) == 5 && ints[0] == statusOK:
+	case len(arr) == 2 && nums[0] == statusFree && nums[1] >= 0:
+		return leaseapi.Record{Key: key, Token: leaseapi.Token(nums[1])}, false, nil
+	case len(arr) == 5 && nums[0] == statusOK:
 		owner, err := arr[4].ToString()
 		if err != nil {
 			return leaseapi.Record{}, false, protocolError(op, false)
 		}
-		rec, ok := grant(ints, key, owner)
+		rec, ok := grant(nums, key, owner)
 		if !ok {
 			return leaseapi.Record{}, false, protocolError(op, false)
 		}
