@@ -100,15 +100,7 @@ func TestFenceHoldsOffSuccessor(t *testing.T) {
 	}
 	k := leaseapi.MustKey("fence", "k")
 	const ttl = 200 * time.Millisecond
-	rec, err := s.TryAcquire(ctx, k, "holder", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	rec, tx := grantAndBegin(t, s, pool, k, ttl)
 	if err := s.Fence(ctx, tx, rec); err != nil {
 		t.Fatalf("Fence of the live grant: got %v, want nil", err)
 	}
@@ -282,15 +274,7 @@ func TestFenceJudgesByTheClock(t *testing.T) {
 	ctx := t.Context()
 	k := leaseapi.MustKey("fence", "clock")
 	const ttl = 200 * time.Millisecond
-	rec, err := s.TryAcquire(ctx, k, "holder", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	rec, tx := grantAndBegin(t, s, pool, k, ttl)
 	var live bool // fixes the transaction's start while the grant is live
 	if err := tx.QueryRow(ctx, `SELECT now() < $1::timestamptz`, rec.ExpiresAt).Scan(&live); err != nil {
 		t.Fatal(err)
@@ -314,4 +298,20 @@ func TestFenceJudgesByTheClock(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling the server's clock
 	}
 	wantKind(t, "Fence, in a transaction begun before the expiry, after it", s.Fence(ctx, tx, rec), leaseapi.ErrStaleOwner)
+}
+
+// grantAndBegin grants k to "holder" for ttl and begins a transaction on
+// pool, rolled back when t ends: the start of the fence tests.
+func grantAndBegin(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, k leaseapi.Key, ttl time.Duration) (leaseapi.Record, pgx.Tx) {
+	t.Helper()
+	rec, err := s.TryAcquire(t.Context(), k, "holder", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return rec, tx
 }
