@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
@@ -86,11 +87,25 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		if remaining <= 0 {
 			return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, waitExhausted(err))
 		}
-		pause := min(p.Retry()+c.retry.Jitter(p.Jitter()), remaining)
+		pause := retryPause(p.Retry(), c.retry.Jitter(p.Jitter()), remaining)
 		if err := c.sleeper.Sleep(ctx, pause, wake); err != nil {
 			return nil, c.closedOr(leaseapi.ContextError(op, err), op)
 		}
 	}
+}
+
+// retryPause is the pause before the next attempt: retry plus jitter,
+// never more than remaining (the rest of the caller's Wait) and never
+// negative. It saturates instead of overflowing, so a Retry near
+// math.MaxInt64, or a RetrySource that returns a value outside [0, max),
+// still waits out the remaining Wait rather than wrapping to a negative
+// pause and spinning through the attempts.
+func retryPause(retry, jitter, remaining time.Duration) time.Duration {
+	retry, jitter = max(retry, 0), max(jitter, 0)
+	if retry >= remaining || jitter >= remaining-retry {
+		return remaining
+	}
+	return retry + jitter
 }
 
 // waitExhausted says, in fixed text, why the last attempt failed, so that a
