@@ -30,11 +30,12 @@ func TestClassify(t *testing.T) {
 	if _, ok := vk.IsValkeyErr(serverErr); !ok {
 		t.Fatalf("want a server error reply, got %v", serverErr)
 	}
-	port, err := testserver.FreePort()
+	refuser, err := testserver.NewRefuser() // a port nothing can listen on
 	if err != nil {
 		t.Fatal(err)
 	}
-	refusedAddr := testserver.Addr(port)
+	defer refuser.Close()
+	refusedAddr := refuser.Addr()
 	// valkey-go returns its dialer's error as is (a failed NewClient would
 	// leave a delayed reconnect goroutine behind, so dial directly).
 	_, dialErr := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", refusedAddr)

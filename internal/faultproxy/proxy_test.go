@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasekit/lease/internal/testserver"
 )
 
 // testTimeout bounds every wait in these tests: a hang fails, it does not
@@ -338,12 +340,14 @@ func TestResetAll(t *testing.T) {
 
 func TestTargetDown(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port that was free a moment ago may be taken by another listener
+	// of a parallel run; a Refuser's port refuses by construction.
+	r, err := testserver.NewRefuser()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(t, ln.Addr().String()) // while ln holds the port, the proxy cannot get it
-	ln.Close()                           // nothing listens there now
+	t.Cleanup(r.Close)
+	p := newProxy(t, r.Addr())
 	refused(t, p.Addr())
 	waitFor(t, p, "the refusal", func(s Stats) bool { return s.Refused == 1 && s.Open == 0 })
 }

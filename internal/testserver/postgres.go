@@ -125,7 +125,7 @@ func startPostgres(opts PostgresOptions, initdb, bin, dir string, cred *syscall.
 	}
 	settings = append(settings, opts.Settings...)
 
-	srv, err := startOnFreePort(func(port int) (*server, error) {
+	srv, err := startOnFreePort(func(port int, _ func() (int, error)) (*server, error) {
 		args := []string{"-D", data, "-p", strconv.Itoa(port)}
 		for _, kv := range settings {
 			args = append(args, "-c", kv)

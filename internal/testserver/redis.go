@@ -68,7 +68,7 @@ func StartRedis(opts RedisOptions) (*RedisServer, error) {
 
 // startRedis is StartRedis with portArgs, when non-nil, adding arguments that
 // depend on the server's port (or need more free ports, like a cluster bus).
-func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*RedisServer, error) {
+func startRedis(opts RedisOptions, portArgs func(port int, reserve func() (int, error)) ([]string, error)) (*RedisServer, error) {
 	switch opts.AppendFsync {
 	case "", "always", "everysec", "no":
 	default:
@@ -90,7 +90,7 @@ func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*
 	if err != nil {
 		return nil, fmt.Errorf("testserver: redis dir: %w", err)
 	}
-	s, err := startOnFreePort(func(port int) (*server, error) {
+	s, err := startOnFreePort(func(port int, reserve func() (int, error)) (*server, error) {
 		args := []string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
@@ -105,7 +105,7 @@ func startRedis(opts RedisOptions, portArgs func(port int) ([]string, error)) (*
 		}
 		args = append(args, replicaOf...)
 		if portArgs != nil {
-			more, err := portArgs(port)
+			more, err := portArgs(port, reserve)
 			if err != nil {
 				return nil, err
 			}

@@ -34,8 +34,8 @@ func StartRedisCluster(masters int) (*RedisCluster, error) {
 		return nil, fmt.Errorf("testserver: no valkey-cli or redis-cli on PATH: %w", err)
 	}
 	c := &RedisCluster{}
-	busPort := func(int) ([]string, error) {
-		bus, err := FreePort()
+	busPort := func(_ int, reserve func() (int, error)) ([]string, error) {
+		bus, err := reserve()
 		if err != nil {
 			return nil, fmt.Errorf("testserver: free bus port: %w", err)
 		}

@@ -19,18 +19,21 @@ import (
 // Its control methods are safe for concurrent use and serialised by mu: a
 // shutdown waits for a restart in progress. It starts no goroutine.
 type server struct {
-	name string   // "redis" or "postgres", for error messages
-	bin  string   // the server executable
-	dir  string   // working directory, removed by shutdown
-	port int      // fixed for the server's life, so restart keeps the address
-	args []string // command line, fixed at start
+	name string // "redis" or "postgres", for error messages
+	bin  string // the server executable
+	dir  string // working directory, removed by shutdown
+	port int    // fixed for the server's life, so restart keeps the address
+	// ports holds the reservations of port (and of any other port the
+	// server uses) from start until shutdown releases them.
+	ports []*reservedPort
+	args  []string // command line, fixed at start
 
 	cred *syscall.Credential // the OS user the server runs as; nil: ours
 	env  []string            // the server's environment; nil: ours
 
 	// ready reports nil once the server on port answers and is process pid
-	// (the port was free a moment ago, but another test binary may have
-	// taken it since, and its server must not pass for ours).
+	// (the port is reserved, but a program that does not reserve ports may
+	// have taken it, and its server must not pass for ours).
 	ready        func(pid int) error
 	readyTimeout time.Duration // bounds the wait for ready
 	readyWhat    string        // what ready waits for, for error messages: "come up"
@@ -43,25 +46,40 @@ type server struct {
 	stopped bool       // shutdown was called: the directory is gone
 }
 
-// startOnFreePort builds a server on a free loopback port and starts it.
-// A port that was free a moment ago can be taken before the server binds
-// it, so it tries up to three ports; a build error also counts as a failed
-// try. It returns the last error when every try failed.
-func startOnFreePort(build func(port int) (*server, error)) (*server, error) {
+// startOnFreePort builds a server on a reserved loopback port (see
+// reservePort) and starts it. build may reserve more ports with reserve (a
+// cluster bus); every port reserved for the server stays reserved until its
+// shutdown, restarts included. A start can still fail on a port taken by a
+// program that does not reserve ports, so it tries up to three ports; a
+// build error also counts as a failed try. It returns the last error when
+// every try failed.
+func startOnFreePort(build func(port int, reserve func() (int, error)) (*server, error)) (*server, error) {
 	var lastErr error
 	for range 3 {
-		port, err := FreePort()
-		if err != nil {
-			lastErr = fmt.Errorf("testserver: free port: %w", err)
-			continue
+		var held []*reservedPort
+		reserve := func() (int, error) {
+			r, err := reservePort()
+			if err != nil {
+				return 0, err
+			}
+			held = append(held, r)
+			return r.port, nil
 		}
-		s, err := build(port)
+		port, err := reserve()
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		if lastErr = s.start(); lastErr == nil {
-			return s, nil
+		s, err := build(port, reserve)
+		if err == nil {
+			s.ports = held
+			if err = s.start(); err == nil {
+				return s, nil
+			}
+		}
+		lastErr = err
+		for _, r := range held {
+			r.release()
 		}
 	}
 	return nil, lastErr
@@ -108,6 +126,9 @@ func (s *server) shutdown() {
 	if s.p != nil {
 		s.p.stop(s.stopSig)
 		s.p = nil
+	}
+	for _, r := range s.ports {
+		r.release()
 	}
 	_ = os.RemoveAll(s.dir)
 }
