@@ -36,6 +36,9 @@ const MaxResourceBytes = leaseapi.MaxKeyBytes
 // transaction. Fence changes no lease state.
 func (s *Store) Fence(ctx context.Context, tx pgx.Tx, rec leaseapi.Record) error {
 	const op = "fence"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
@@ -79,6 +82,9 @@ func (s *Store) Fence(ctx context.Context, tx pgx.Tx, rec leaseapi.Record) error
 // statement failed (tx is then aborted).
 func (s *Store) AdvanceFence(ctx context.Context, tx pgx.Tx, resource string, token leaseapi.Token) error {
 	const op = "advance fence"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}
@@ -125,6 +131,9 @@ type TxBeginner interface {
 // context's error for other failures. ctx bounds everything.
 func (s *Store) FencedWrite(ctx context.Context, db TxBeginner, resource string, token leaseapi.Token, rec *leaseapi.Record, write func(ctx context.Context, tx pgx.Tx) error) error {
 	const op = "fenced write"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckContext(ctx, op); err != nil {
 		return err
 	}

@@ -38,16 +38,23 @@ const (
 // LISTEN): such a wake can be spurious, and a waiter simply retries. Expiry
 // is otherwise never notified. After Close the channel never receives.
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
+	if s.ready("watch release") != nil {
+		return make(chan struct{}), func() {} // never receives
+	}
 	return s.watches.Watch(keyHash(key), key.String())
 }
 
 // Close stops the LISTEN goroutine, if one was started, closes its
 // connection and waits for the goroutine to exit (bounded: the connection
 // close is given closeWait). It does not close the pool, which the caller
-// owns. Close is idempotent and always returns nil; after it, WatchRelease
+// owns. Close is idempotent and returns nil (leaseapi.ErrInvalidState only
+// on a Store that [New] did not make); after it, WatchRelease
 // registers nothing and starts nothing, while the other operations keep
 // working on the pool.
 func (s *Store) Close() error {
+	if err := s.ready("close"); err != nil {
+		return err
+	}
 	s.watches.Close()
 	return nil
 }

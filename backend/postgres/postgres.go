@@ -94,6 +94,10 @@ func (n names) channel() string {
 // it, after Store.Close). Its only background resource is the LISTEN
 // connection started by the first [Store.WatchRelease]; [Store.Close] gives
 // it back. A Store on which WatchRelease was never called needs no Close.
+//
+// Make Stores with [New]. A zero Store (or a nil *Store) is not usable, and
+// never panics: every method returns leaseapi.ErrInvalidState, and
+// WatchRelease returns a channel that never receives.
 type Store struct {
 	pool    *pgxpool.Pool
 	n       names
@@ -312,6 +316,15 @@ func keyHashString(k string) string {
 // cannot be current.
 func storable(tok leaseapi.Token) bool { return uint64(tok) <= math.MaxInt64 }
 
+// ready refuses a Store that [New] did not make (the zero Store, a nil
+// *Store) with leaseapi.ErrInvalidState, before anything else is looked at.
+func (s *Store) ready(op string) error {
+	if s == nil || s.pool == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "store not made by postgres.New")
+	}
+	return nil
+}
+
 // conn takes a connection from the pool. Nothing has been sent when it
 // fails, so the error is classified as a failed read.
 func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
@@ -337,6 +350,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // own).
 func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
 	const op = "try acquire"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -379,6 +395,9 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 // renew is Renew with the not-after parameter from bound, as tryAcquire.
 func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
 	const op = "renew"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -422,6 +441,9 @@ func renewResult(op string, rec leaseapi.Record, acq, exp pgtype.Timestamptz, la
 // a failure is leaseapi.ErrBackendUnavailable (or the context's error).
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 	const op = "validate"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
@@ -450,6 +472,9 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
 // leaseapi.ErrStaleOwner; a lost reply is leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
@@ -477,6 +502,9 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // acquired).
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, false, err
+	}
 	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
 	}
@@ -519,6 +547,12 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 func (s *Store) renewBatch(ctx context.Context, reqs []leaseapi.RenewRequest, bound func(context.Context) *int64) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
+	if err := s.ready(op); err != nil {
+		for _, i := range valid {
+			out[i].Err = err
+		}
+		return out
+	}
 	// Refuse unstorable tokens, and split repeated keys into later rounds.
 	var rounds [][]int
 	seen := make(map[leaseapi.Key]int, len(reqs)) // key -> rounds it appears in

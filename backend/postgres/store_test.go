@@ -252,3 +252,39 @@ func TestRuntimeCutRenewIsUncertain(t *testing.T) {
 		t.Fatalf("state after a successful renewal: got %v, want %v", st, leaseapi.StateActive)
 	}
 }
+
+// TestZeroStore: a Store that New did not make (the zero value, a nil
+// pointer) answers every method with ErrInvalidState and never panics;
+// WatchRelease gives a channel that never receives.
+func TestZeroStore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	k := leaseapi.MustKey("zero", "k")
+	rec := leaseapi.Record{Key: k, Owner: "owner", Token: 1, AcquiredAt: time.Unix(1, 0), ExpiresAt: time.Unix(2, 0)}
+	for name, s := range map[string]*postgres.Store{"zero": {}, "nil": nil} {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.TryAcquire(ctx, k, "owner", time.Minute)
+			wantKind(t, "TryAcquire", err, leaseapi.ErrInvalidState)
+			_, err = s.Renew(ctx, rec, time.Minute)
+			wantKind(t, "Renew", err, leaseapi.ErrInvalidState)
+			wantKind(t, "Validate", s.Validate(ctx, rec), leaseapi.ErrInvalidState)
+			wantKind(t, "Release", s.Release(ctx, rec), leaseapi.ErrInvalidState)
+			_, _, err = s.Inspect(ctx, k)
+			wantKind(t, "Inspect", err, leaseapi.ErrInvalidState)
+			res := s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: time.Minute}})
+			wantKind(t, "RenewBatch", res[0].Err, leaseapi.ErrInvalidState)
+			wantKind(t, "Fence", s.Fence(ctx, nil, rec), leaseapi.ErrInvalidState)
+			wantKind(t, "AdvanceFence", s.AdvanceFence(ctx, nil, "r", 1), leaseapi.ErrInvalidState)
+			wantKind(t, "FencedWrite", s.FencedWrite(ctx, nil, "r", 1, nil, nil), leaseapi.ErrInvalidState)
+			ch, stop := s.WatchRelease(k)
+			stop()
+			stop()
+			select {
+			case <-ch:
+				t.Fatal("WatchRelease of a zero Store received")
+			default:
+			}
+			wantKind(t, "Close", s.Close(), leaseapi.ErrInvalidState)
+		})
+	}
+}
