@@ -25,7 +25,8 @@
 //     acks: the item is left for redelivery (Lost);
 //  4. on failure (an error or a panic), releases the lease and nacks, so the
 //     item is redelivered at once;
-//  5. stops renewal and releases the lease.
+//  5. stops renewal and releases the lease, and reports the delivery
+//     (Options.OnEvent) with the release's error, if any (Event.ReleaseErr).
 //
 // # Guarantees
 //
@@ -59,12 +60,25 @@
 //
 // A lease that cannot be taken (backend unavailable, ambiguous, capacity)
 // leaves the delivery to the source's redelivery (Failed). A failed
-// Receive is retried after Backoff. A lease lost during the handler
-// cancels its ctx and leaves the item (Lost). Every delivery is reported
-// once through Options.OnEvent; the package never logs. An item whose ID
-// is not a valid key name is never processed (Failed each time it is
-// delivered): sources must use key-safe IDs (stream entry ids, numeric
-// primary keys).
+// Receive is retried after Backoff (at least [MinBackoff]). A lease lost
+// during the handler cancels its ctx and leaves the item (Lost). Every
+// delivery is reported once through Options.OnEvent; the package never
+// logs. An item whose ID is empty or not a valid key name is never
+// processed (Failed each time it is delivered, then a pause of Backoff,
+// so a source that answers at once with nothing cannot make a worker
+// spin): sources must use key-safe IDs (stream entry ids, numeric primary
+// keys). A delivery that Receive returns after Stop is nacked unprocessed,
+// so Stop never waits on a source that ignores its ctx more than once.
+//
+// A release that fails after an item was handled is reported in
+// Event.ReleaseErr (ErrBackendUnavailable: the lease is still held;
+// ErrAmbiguousOutcome: it may be); the lease then ends at its TTL, and
+// redeliveries of the item are Contended until then. Never read "the
+// delivery was reported" as "the lease was released".
+//
+// A panic in the handler, in Options.OnEvent or in a Source method is
+// recovered and reported as a [PanicError]; it never crashes the process
+// and the item's lease is still released.
 //
 // # Adapting a real queue
 //

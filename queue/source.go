@@ -60,7 +60,9 @@ type MemoryOptions struct {
 // new Receipt. Ack removes an item whatever delivery it names; Nack makes
 // the item visible at once only if it names the current delivery. It is
 // for tests and examples, and is safe for concurrent use. Its goroutines:
-// none (Receive waits on the caller's goroutine).
+// none (Receive waits on the caller's goroutine). The zero MemorySource
+// (and a nil *MemorySource) is not usable: Put, Receive, Ack and Nack
+// return ErrInvalidState, Len, Acked and Deliveries report 0.
 type MemorySource struct {
 	clk        clock.Clock
 	visibility time.Duration
@@ -97,9 +99,19 @@ func NewMemorySource(o MemoryOptions) (*MemorySource, error) {
 	return s, nil
 }
 
+// built reports whether s was made by NewMemorySource.
+func (s *MemorySource) built() bool { return s != nil && s.items != nil }
+
+func errSourceNotBuilt(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "memory source not built by NewMemorySource")
+}
+
 // Put enqueues an item, visible at once. An empty ID or one already queued
 // is ErrInvalidState.
 func (s *MemorySource) Put(id string, payload []byte) error {
+	if !s.built() {
+		return errSourceNotBuilt("put")
+	}
 	if id == "" {
 		return leaseapi.NewError("put", leaseapi.ErrInvalidState, "empty id")
 	}
@@ -124,6 +136,9 @@ func (s *MemorySource) signal() {
 // on the source's clock for one to be put or to become visible again.
 func (s *MemorySource) Receive(ctx context.Context) (Item, error) {
 	const op = "receive"
+	if !s.built() {
+		return Item{}, errSourceNotBuilt(op)
+	}
 	if ctx == nil {
 		return Item{}, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -193,6 +208,9 @@ func (s *MemorySource) take() (it Item, wait time.Duration, changed <-chan struc
 // names. An item that is not queued (acknowledged before) is
 // ErrStaleOwner.
 func (s *MemorySource) Ack(_ context.Context, it Item) error {
+	if !s.built() {
+		return errSourceNotBuilt("ack")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.items[it.ID]; !ok {
@@ -207,6 +225,9 @@ func (s *MemorySource) Ack(_ context.Context, it Item) error {
 // the current delivery; a stale delivery (the item was redelivered since,
 // or acknowledged) is ErrStaleOwner and changes nothing.
 func (s *MemorySource) Nack(_ context.Context, it Item) error {
+	if !s.built() {
+		return errSourceNotBuilt("nack")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.items[it.ID]
@@ -220,6 +241,9 @@ func (s *MemorySource) Nack(_ context.Context, it Item) error {
 
 // Len returns how many items are queued (not yet acknowledged).
 func (s *MemorySource) Len() int {
+	if !s.built() {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.items)
@@ -227,6 +251,9 @@ func (s *MemorySource) Len() int {
 
 // Acked returns how many items were acknowledged.
 func (s *MemorySource) Acked() int {
+	if !s.built() {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.acked
@@ -234,6 +261,9 @@ func (s *MemorySource) Acked() int {
 
 // Deliveries returns how many times the queued item id was delivered.
 func (s *MemorySource) Deliveries(id string) int {
+	if !s.built() {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.items[id]; e != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,13 @@ const (
 	// DefaultKeyNamespace is the key namespace when Options.KeyNamespace is
 	// empty.
 	DefaultKeyNamespace = "queue"
+	// MinBackoff is the shortest pause after a failed Receive or a
+	// delivery that is no item (an empty or unusable ID): a smaller
+	// Options.Backoff (or Policy.RenewRetry, its default) is raised to it,
+	// so a source that fails at once, or answers at once with nothing,
+	// costs a worker at most one call per MinBackoff instead of a spinning
+	// core.
+	MinBackoff = time.Millisecond
 )
 
 // StopMode says what Stop does with items being processed. It is a value,
@@ -64,9 +72,11 @@ const (
 	// handler ran: the item was neither acked nor nacked (the source
 	// redelivers it after its visibility timeout).
 	Lost
-	// Failed: the item's lease could not be taken, the item's ID is not a
-	// valid key name, the ack or nack failed, or Receive failed (ItemID
-	// empty); Event.Err says why.
+	// Failed: the item's lease could not be taken, the item's ID is empty
+	// or not a valid key name (the worker then pauses Backoff), the ack or
+	// nack failed, Receive failed (ItemID empty; the worker pauses
+	// Backoff), or a callback of the worker (Options.OnEvent, a Source
+	// method) panicked (Err is a *PanicError); Event.Err says why.
 	Failed
 )
 
@@ -98,6 +108,12 @@ type Event struct {
 	Token leaseapi.Token
 	// Err is the handler's error (Nacked, Lost) or the failure (Failed).
 	Err error
+	// ReleaseErr is the error of releasing the item's lease after the
+	// handler ran, nil when it was released (or no lease was taken). A
+	// lease whose release failed (ErrBackendUnavailable: it is still held;
+	// ErrAmbiguousOutcome: it may be) ends at its TTL, and until then a
+	// redelivery of the item is Contended.
+	ReleaseErr error
 	// At is the local time of the event.
 	At time.Time
 }
@@ -125,35 +141,55 @@ type Options struct {
 	// Clock drives pauses and ack deadlines. Nil is the real clock.
 	Clock clock.Clock
 	// OnEvent, if set, is called once per delivery (and per failed
-	// Receive) on the worker goroutine that handled it. It must not block
-	// for long.
+	// Receive) on the worker goroutine that handled it, after the item's
+	// lease was released. It must not block for long. A panic in it is
+	// recovered and reported once more to OnEvent as a Failed event whose
+	// Err is a *PanicError (a panic in that call is dropped); the worker
+	// goes on.
 	OnEvent func(Event)
-	// Backoff is the pause after a failed Receive. Zero means
-	// Policy.RenewRetry(). Negative is invalid.
+	// Backoff is the pause after a failed Receive or a delivery that is no
+	// item. Zero means Policy.RenewRetry(). Negative is invalid; below
+	// MinBackoff is raised to MinBackoff.
 	Backoff time.Duration
 }
 
-// PanicError reports a handler that panicked; the item is nacked. It is
-// immutable once made and safe for concurrent use. It
-// matches leaseapi.ErrInvalidState (the handler broke its contract). Its
-// message never contains the panic value; Value has it.
+// PanicError reports a handler that panicked (the item is nacked), or
+// another callback of the worker that panicked: Options.OnEvent or a
+// Source method (Callback names it; Receive is then treated as a failed
+// Receive, Ack and Nack as failed). It is immutable once made and safe for
+// concurrent use. It matches leaseapi.ErrInvalidState (the callback broke
+// its contract). Its message never contains the panic value; Value has it.
 type PanicError struct {
-	// Value is what the handler passed to panic.
+	// Value is what the callback passed to panic.
 	Value any
+	// Callback is "" for the handler, or "OnEvent", "Receive", "Ack",
+	// "Nack".
+	Callback string
 }
 
 // Error implements error.
-func (e *PanicError) Error() string { return "lease: queue: handler panicked" }
+func (e *PanicError) Error() string {
+	if e.Callback != "" {
+		return "lease: queue: " + e.Callback + " panicked"
+	}
+	return "lease: queue: handler panicked"
+}
 
 // Unwrap makes the error match leaseapi.ErrInvalidState.
 func (e *PanicError) Unwrap() error { return leaseapi.ErrInvalidState }
 
 // String describes the panic value for logs that may contain it.
-func (e *PanicError) String() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+func (e *PanicError) String() string {
+	if e.Callback != "" {
+		return fmt.Sprintf("%s panicked: %v", e.Callback, e.Value)
+	}
+	return fmt.Sprintf("handler panicked: %v", e.Value)
+}
 
 // Worker consumes a [Source], processing each item under a managed lease
 // keyed by the item's ID. Build it with [New], then Start and Stop. It is
-// safe for concurrent use. It owns neither the client nor the source:
+// safe for concurrent use. The zero Worker (and a nil *Worker) is not
+// usable: its methods return ErrInvalidState. It owns neither the client nor the source:
 // close them after Stop. A client closed under a running Worker fails every
 // item's lease (Failed events matching ErrInvalidState; the source
 // redelivers the items) until Stop.
@@ -218,6 +254,7 @@ func New(client *runtime.Client, src Source, o Options) (*Worker, error) {
 	if w.backoff == 0 {
 		w.backoff = o.Policy.RenewRetry()
 	}
+	w.backoff = max(w.backoff, MinBackoff)
 	w.recv, w.cancelRecv = context.WithCancel(context.Background())
 	w.work, w.cancelWork = context.WithCancel(context.Background())
 	return w, nil
@@ -231,6 +268,9 @@ func New(client *runtime.Client, src Source, o Options) (*Worker, error) {
 // ErrCanceled/ErrTimeout.
 func (w *Worker) Start(ctx context.Context) error {
 	const op = "start worker"
+	if !w.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -253,9 +293,12 @@ func (w *Worker) Start(ctx context.Context) error {
 // the wait: when it ends first, in-flight handlers' contexts are canceled
 // (Finish escalates to Abandon) and Stop returns ErrCanceled/ErrTimeout;
 // a later Stop waits again. Idempotent; Stop before Start prevents Start.
-// A nil ctx is ErrInvalidState.
+// A nil ctx, or a Worker not built by New, is ErrInvalidState.
 func (w *Worker) Stop(ctx context.Context) error {
 	const op = "stop worker"
+	if !w.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -272,50 +315,87 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return nil
 }
 
+// built reports whether w was made by New.
+func (w *Worker) built() bool { return w != nil && w.c != nil }
+
+func errNotBuilt(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "worker not built by New")
+}
+
+// emit hands e to OnEvent. A panic in OnEvent is recovered and reported
+// once more as a Failed event; a panic in that report is dropped.
 func (w *Worker) emit(e Event) {
-	if w.o.OnEvent != nil {
-		e.At = w.clk.Now()
-		w.o.OnEvent(e)
+	if w.o.OnEvent == nil {
+		return
+	}
+	e.At = w.clk.Now()
+	if perr := protect("OnEvent", func() error { w.o.OnEvent(e); return nil }); perr != nil {
+		_ = protect("OnEvent", func() error {
+			w.o.OnEvent(Event{ItemID: e.ItemID, Outcome: Failed, Err: perr, At: w.clk.Now()})
+			return nil
+		})
 	}
 }
 
-// loop receives and processes items until Stop.
+// loop receives and processes items until Stop. A Receive that fails or
+// delivers no item (an empty ID) is followed by a pause of Backoff; a
+// delivery that arrives after Stop is given back (nacked) unprocessed.
 func (w *Worker) loop() {
 	for {
-		it, err := w.src.Receive(w.recv)
-		if w.recv.Err() != nil && err != nil {
+		var it Item
+		err := protect("Receive", func() (err error) { it, err = w.src.Receive(w.recv); return err })
+		if w.recv.Err() != nil {
+			if err == nil && it.ID != "" {
+				w.nack(context.WithoutCancel(w.work), it, Event{ItemID: it.ID}, nil)
+			}
 			return
 		}
-		if err != nil {
-			w.emit(Event{Outcome: Failed, Err: leaseapi.Wrap(err, "receive")})
-			tm := w.clk.Timer(w.backoff)
-			select {
-			case <-tm.C:
-			case <-w.recv.Done():
-				tm.Stop()
-				return
+		switch {
+		case err != nil:
+			w.emit(Event{Outcome: Failed, Err: wrap(err, "receive")})
+		case it.ID == "":
+			w.emit(Event{Outcome: Failed, Err: leaseapi.NewError("receive", leaseapi.ErrInvalidState, "source delivered an item without an id")})
+		default:
+			if w.process(it) {
+				continue
 			}
-			continue
 		}
-		w.process(it)
+		if !w.pause() {
+			return
+		}
 	}
 }
 
-// process handles one delivery under the item's lease.
-func (w *Worker) process(it Item) {
+// pause waits Backoff; false if Stop was called meanwhile.
+func (w *Worker) pause() bool {
+	tm := w.clk.Timer(w.backoff)
+	select {
+	case <-tm.C:
+		return true
+	case <-w.recv.Done():
+		tm.Stop()
+		return false
+	}
+}
+
+// process handles one delivery under the item's lease. It returns false
+// when the delivery was no item (its ID cannot name a lease): the caller
+// then pauses, as after a failed Receive. Every event of the delivery is
+// emitted after the lease was released, with the release's error.
+func (w *Worker) process(it Item) bool {
 	ev := Event{ItemID: it.ID}
 	ctx := w.work
 	cleanup := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
 		// Abandoned before it started: give it back.
 		w.nack(cleanup, it, ev, nil)
-		return
+		return true
 	}
 	key, err := leaseapi.NewKey(w.ns, it.ID)
 	if err != nil {
 		ev.Outcome, ev.Err = Failed, leaseapi.NewError("process item", leaseapi.ErrInvalidState, "item id not usable as a key")
 		w.emit(ev)
-		return
+		return false
 	}
 	h, err := w.c.TryAcquire(ctx, key, w.o.Policy)
 	if err != nil {
@@ -324,17 +404,16 @@ func (w *Worker) process(it Item) {
 			ev.Outcome, ev.Err = Contended, nil
 		}
 		w.emit(ev)
-		return
+		return true
 	}
 	ev.Token = h.Token()
-	defer h.Release(cleanup) //nolint:errcheck // a failed release ends at the TTL
 	m, err := h.StartManaged(ctx)
 	if err != nil {
 		ev.Outcome, ev.Err = Failed, err
+		ev.ReleaseErr = h.Release(cleanup)
 		w.emit(ev)
-		return
+		return true
 	}
-	defer m.Stop(cleanup) //nolint:errcheck // nil or ended
 
 	herr, lost := w.handle(ctx, h, m, it)
 	switch {
@@ -343,16 +422,27 @@ func (w *Worker) process(it Item) {
 		if herr != nil {
 			ev.Err = herr
 		}
+		ev.ReleaseErr = w.release(cleanup, h, m)
 		w.emit(ev)
 	case herr != nil:
 		// Give the lease back first, so that the redelivery is not
 		// contended by our own lease.
-		_ = m.Stop(cleanup)
-		_ = h.Release(cleanup)
+		ev.ReleaseErr = w.release(cleanup, h, m)
 		w.nack(cleanup, it, ev, herr)
 	default:
-		w.ack(cleanup, h, it, ev)
+		ev = w.ack(cleanup, h, it, ev)
+		ev.ReleaseErr = w.release(cleanup, h, m)
+		w.emit(ev)
 	}
+	return true
+}
+
+// release stops h's renewal and releases it, returning the release's
+// error: nil when released (or when the lease had already ended: the
+// handle then reports what it knows).
+func (w *Worker) release(cleanup context.Context, h *runtime.Handle, m *runtime.Managed) error {
+	_ = m.Stop(cleanup) // nil, or renewal had already ended
+	return h.Release(cleanup)
 }
 
 // handle runs the handler with a ctx canceled on loss. It starts one
@@ -370,36 +460,33 @@ func (w *Worker) handle(ctx context.Context, h *runtime.Handle, m *runtime.Manag
 
 // ack is fenced completion: the lease is confirmed with the backend
 // (Validate) and must still be Active locally right before the ack, which
-// is bounded by the lease's deadline.
-func (w *Worker) ack(cleanup context.Context, h *runtime.Handle, it Item, ev Event) {
+// is bounded by the lease's deadline. It returns ev with the outcome.
+func (w *Worker) ack(cleanup context.Context, h *runtime.Handle, it Item, ev Event) Event {
 	if err := h.Validate(cleanup); err != nil {
 		ev.Outcome, ev.Err = Lost, err
-		w.emit(ev)
-		return
+		return ev
 	}
 	remaining := h.Deadline().Sub(w.clk.Now())
 	if h.State() != leaseapi.StateActive || remaining <= 0 {
 		ev.Outcome, ev.Err = Lost, leaseapi.NewError("ack item", leaseapi.ErrLost, "lease not active")
-		w.emit(ev)
-		return
+		return ev
 	}
 	actx, cancel := w.clk.WithTimeout(cleanup, remaining)
 	defer cancel()
-	if err := w.src.Ack(actx, it); err != nil {
-		ev.Outcome, ev.Err = Failed, leaseapi.Wrap(err, "ack item")
-		w.emit(ev)
-		return
+	if err := protect("Ack", func() error { return w.src.Ack(actx, it) }); err != nil {
+		ev.Outcome, ev.Err = Failed, wrap(err, "ack item")
+		return ev
 	}
 	ev.Outcome = Acked
-	w.emit(ev)
+	return ev
 }
 
 // nack gives the delivery back, bounded by the policy's OperationTimeout.
 func (w *Worker) nack(cleanup context.Context, it Item, ev Event, cause error) {
 	nctx, cancel := w.clk.WithTimeout(cleanup, w.o.Policy.OperationTimeout())
 	defer cancel()
-	if err := w.src.Nack(nctx, it); err != nil {
-		ev.Outcome, ev.Err = Failed, leaseapi.Wrap(err, "nack item")
+	if err := protect("Nack", func() error { return w.src.Nack(nctx, it) }); err != nil {
+		ev.Outcome, ev.Err = Failed, wrap(err, "nack item")
 		w.emit(ev)
 		return
 	}
@@ -419,11 +506,26 @@ func HandleFrom(ctx context.Context) *runtime.Handle {
 }
 
 // callHandler calls h and turns a panic into a *PanicError.
-func callHandler(ctx context.Context, h func(context.Context, Item, leaseapi.Token) error, it Item, token leaseapi.Token) (err error) {
+func callHandler(ctx context.Context, h func(context.Context, Item, leaseapi.Token) error, it Item, token leaseapi.Token) error {
+	return protect("", func() error { return h(ctx, it, token) })
+}
+
+// wrap redacts a Source's error (leaseapi.Wrap), but keeps a *PanicError
+// as it is: it is ours and already redacted.
+func wrap(err error, op string) error {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return leaseapi.Wrap(err, op)
+}
+
+// protect calls f and turns a panic into a *PanicError naming callback.
+func protect(callback string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
+			err = &PanicError{Value: r, Callback: callback}
 		}
 	}()
-	return h(ctx, it, token)
+	return f()
 }
