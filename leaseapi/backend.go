@@ -31,9 +31,13 @@ type Backend interface {
 	// or replaced grant is [ErrStaleOwner].
 	Renew(ctx context.Context, rec Record, ttl time.Duration) (Record, error)
 
-	// Validate returns nil if rec is the key's live grant and [ErrStaleOwner]
-	// otherwise. It changes nothing.
-	Validate(ctx context.Context, rec Record) error
+	// Validate returns the backend's current record of rec's grant if rec
+	// (key, owner and token) is the key's live grant, and [ErrStaleOwner]
+	// otherwise. It changes nothing: the returned record has rec's key,
+	// owner and token, and the AcquiredAt and ExpiresAt the backend holds
+	// (those of the latest renewal it applied). The runtime never extends a
+	// handle's local deadline from a validation.
+	Validate(ctx context.Context, rec Record) (Record, error)
 
 	// Release ends rec's grant if rec is the key's latest grant, and returns
 	// nil. It is idempotent: releasing a grant that is already released or

@@ -38,6 +38,6 @@
 // expiry and stamps records. The client's local monotonic clock decides
 // admission: a holder may act only before the instant at which the request
 // that granted or renewed its lease was sent, plus the TTL, minus the
-// safety margin ([Record.SafeDeadline]). The margin absorbs the rate
+// safety margin ([Record.LocalDeadline]). The margin absorbs the rate
 // difference between the two clocks over one TTL.
 package leaseapi

@@ -5,91 +5,75 @@ import (
 	"time"
 )
 
-// Operation names a backend operation in an [Event].
-type Operation uint8
+// Operation names a backend operation in an [Event]. Its values are the
+// reference API's ("acquire", "renew", "validate", "release") plus this
+// module's two additions, so string(op) is the name itself.
+type Operation string
 
 // Operations reported in events.
 const (
-	OpTryAcquire Operation = iota + 1
-	OpRenew
-	OpValidate
-	OpRelease
-	OpInspect
-	OpRenewBatch
+	// OperationAcquire is one acquisition attempt ([Backend.TryAcquire]).
+	OperationAcquire Operation = "acquire"
+	// OperationRenew is one renewal ([Backend.Renew]).
+	OperationRenew Operation = "renew"
+	// OperationValidate is one validation ([Backend.Validate]).
+	OperationValidate Operation = "validate"
+	// OperationRelease is one release ([Backend.Release]).
+	OperationRelease Operation = "release"
+	// OperationInspect is one read of a key ([Inspector.Inspect]); an
+	// addition to the reference API.
+	OperationInspect Operation = "inspect"
+	// OperationRenewBatch is one batched renewal ([BatchRenewer.RenewBatch]);
+	// an addition to the reference API.
+	OperationRenewBatch Operation = "renew-batch"
 )
 
 // String returns the operation name.
-func (o Operation) String() string {
-	switch o {
-	case OpTryAcquire:
-		return "try-acquire"
-	case OpRenew:
-		return "renew"
-	case OpValidate:
-		return "validate"
-	case OpRelease:
-		return "release"
-	case OpInspect:
-		return "inspect"
-	case OpRenewBatch:
-		return "renew-batch"
-	}
-	return "unknown"
-}
+func (o Operation) String() string { return string(o) }
 
 // Outcome classifies the result of an operation in an [Event]; it maps one
-// to one onto the sentinels.
-type Outcome uint8
+// to one onto the sentinels. Its values are the reference API's
+// ("success", "contended", "stale", "canceled", "unavailable", "ambiguous",
+// "invalid") plus one per sentinel the reference does not have ("timeout",
+// "lost", "capacity", "regression"), so string(outcome) is the name itself.
+type Outcome string
 
 // Outcomes reported in events.
 const (
-	OutcomeOK Outcome = iota + 1
-	OutcomeContended
-	OutcomeTimeout
-	OutcomeCanceled
-	OutcomeLost
-	OutcomeStale
-	OutcomeUnavailable
-	OutcomeInvalid
-	OutcomeAmbiguous
-	OutcomeCapacity
-	OutcomeRegression
+	// OutcomeSuccess is a nil error.
+	OutcomeSuccess Outcome = "success"
+	// OutcomeContended is [ErrContended].
+	OutcomeContended Outcome = "contended"
+	// OutcomeStale is [ErrStaleOwner].
+	OutcomeStale Outcome = "stale"
+	// OutcomeCanceled is [ErrCanceled].
+	OutcomeCanceled Outcome = "canceled"
+	// OutcomeUnavailable is [ErrBackendUnavailable] (and any error from
+	// outside this module, which [Wrap] classifies so).
+	OutcomeUnavailable Outcome = "unavailable"
+	// OutcomeAmbiguous is [ErrAmbiguousOutcome].
+	OutcomeAmbiguous Outcome = "ambiguous"
+	// OutcomeInvalid is [ErrInvalidState].
+	OutcomeInvalid Outcome = "invalid"
+	// OutcomeTimeout is [ErrTimeout]; an addition to the reference API.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeLost is [ErrLost]; an addition to the reference API.
+	OutcomeLost Outcome = "lost"
+	// OutcomeCapacity is [ErrCapacity]; an addition to the reference API.
+	OutcomeCapacity Outcome = "capacity"
+	// OutcomeRegression is [ErrFencingRegression]; an addition to the
+	// reference API.
+	OutcomeRegression Outcome = "regression"
 )
 
 // String returns the outcome name.
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeOK:
-		return "ok"
-	case OutcomeContended:
-		return "contended"
-	case OutcomeTimeout:
-		return "timeout"
-	case OutcomeCanceled:
-		return "canceled"
-	case OutcomeLost:
-		return "lost"
-	case OutcomeStale:
-		return "stale"
-	case OutcomeUnavailable:
-		return "unavailable"
-	case OutcomeInvalid:
-		return "invalid"
-	case OutcomeAmbiguous:
-		return "ambiguous"
-	case OutcomeCapacity:
-		return "capacity"
-	case OutcomeRegression:
-		return "regression"
-	}
-	return "unknown"
-}
+func (o Outcome) String() string { return string(o) }
 
-// OutcomeOf maps an error to its Outcome (nil is OutcomeOK).
+// OutcomeOf maps an error to its Outcome (nil is OutcomeSuccess).
 func OutcomeOf(err error) Outcome {
 	switch k := Kind(err); {
 	case k == nil:
-		return OutcomeOK
+		return OutcomeSuccess
 	case errors.Is(k, ErrContended):
 		return OutcomeContended
 	case errors.Is(k, ErrTimeout):

@@ -117,7 +117,7 @@ func TestOutcomeOf(t *testing.T) {
 		err  error
 		want leaseapi.Outcome
 	}{
-		{nil, leaseapi.OutcomeOK},
+		{nil, leaseapi.OutcomeSuccess},
 		{leaseapi.ErrContended, leaseapi.OutcomeContended},
 		{leaseapi.ErrStaleOwner, leaseapi.OutcomeStale},
 		{leaseapi.ErrAmbiguousOutcome, leaseapi.OutcomeAmbiguous},
@@ -130,21 +130,21 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-func TestRecordDeadline(t *testing.T) {
+func TestRecordLocalDeadline(t *testing.T) {
 	type Record = leaseapi.Record
 	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second})
 	t0 := time.Unix(100, 0)
 	r := leaseapi.Record{AcquiredAt: t0, ExpiresAt: t0.Add(10 * time.Second)}
 	sent := time.Unix(50, 0) // the local clock is unrelated to the backend's
-	if got, want := r.SafeDeadline(sent, p), sent.Add(9*time.Second); !got.Equal(want) {
-		t.Fatalf("SafeDeadline: got %v, want %v", got, want)
+	if got, want := r.LocalDeadline(sent, p), sent.Add(9*time.Second); !got.Equal(want) {
+		t.Fatalf("LocalDeadline: got %v, want %v", got, want)
 	}
 	r.ExpiresAt = t0.Add(5 * time.Second) // granted less than asked
-	if got, want := r.SafeDeadline(sent, p), sent.Add(4*time.Second); !got.Equal(want) {
-		t.Fatalf("SafeDeadline with a shorter grant: got %v, want %v", got, want)
+	if got, want := r.LocalDeadline(sent, p), sent.Add(4*time.Second); !got.Equal(want) {
+		t.Fatalf("LocalDeadline with a shorter grant: got %v, want %v", got, want)
 	}
-	if !r.UsableAt(sent.Add(4*time.Second-1), sent, p) || r.UsableAt(sent.Add(4*time.Second), sent, p) {
-		t.Fatal("UsableAt must be true strictly before the deadline only")
+	if !r.LocalUsableAt(sent.Add(4*time.Second-1), sent, p) || r.LocalUsableAt(sent.Add(4*time.Second), sent, p) {
+		t.Fatal("LocalUsableAt must be true strictly before the deadline only")
 	}
 	// A broken record gives no trust, and never an overflowed deadline.
 	for _, bad := range []Record{
@@ -154,13 +154,84 @@ func TestRecordDeadline(t *testing.T) {
 		{AcquiredAt: time.UnixMicro(1e16), ExpiresAt: time.UnixMicro(0)},     // ~317 years backwards
 		{AcquiredAt: time.UnixMicro(-1e16), ExpiresAt: time.UnixMicro(1e16)}, // ~634 years forwards: capped by the TTL
 	} {
-		d := bad.SafeDeadline(sent, p)
+		d := bad.LocalDeadline(sent, p)
 		if d.After(sent.Add(p.TTL())) {
-			t.Fatalf("SafeDeadline(%v..%v) = %v: beyond send + TTL", bad.AcquiredAt, bad.ExpiresAt, d)
+			t.Fatalf("LocalDeadline(%v..%v) = %v: beyond send + TTL", bad.AcquiredAt, bad.ExpiresAt, d)
 		}
-		if bad.GrantedTTL() <= p.SafetyMargin() && bad.UsableAt(sent, sent, p) {
+		if bad.GrantedTTL() <= p.SafetyMargin() && bad.LocalUsableAt(sent, sent, p) {
 			t.Fatalf("a record granting %v is usable", bad.GrantedTTL())
 		}
+	}
+}
+
+func TestRecordSafeDeadline(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	r := leaseapi.Record{AcquiredAt: t0, ExpiresAt: t0.Add(10 * time.Second)}
+	for _, tc := range []struct {
+		margin time.Duration
+		want   time.Time
+	}{
+		{0, t0.Add(10 * time.Second)},
+		{time.Second, t0.Add(9 * time.Second)},
+		{-time.Second, t0.Add(10 * time.Second)}, // never past ExpiresAt
+		{10 * time.Second, t0},                   // no trust, never before the grant
+		{time.Hour, t0},
+	} {
+		if got := r.SafeDeadline(tc.margin); !got.Equal(tc.want) {
+			t.Errorf("SafeDeadline(%v): got %v, want %v", tc.margin, got, tc.want)
+		}
+	}
+	if !r.UsableAt(t0.Add(9*time.Second-1), time.Second) || r.UsableAt(t0.Add(9*time.Second), time.Second) {
+		t.Fatal("UsableAt must be true strictly before SafeDeadline only")
+	}
+	if (leaseapi.Record{}).UsableAt(t0, 0) {
+		t.Fatal("the zero record is usable")
+	}
+}
+
+// TestReferenceValues pins the values the reference API defines, which
+// callers may store, log or compare as numbers and strings.
+func TestReferenceValues(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{string(leaseapi.OperationAcquire), "acquire"},
+		{string(leaseapi.OperationRenew), "renew"},
+		{string(leaseapi.OperationValidate), "validate"},
+		{string(leaseapi.OperationRelease), "release"},
+		{string(leaseapi.OutcomeSuccess), "success"},
+		{string(leaseapi.OutcomeContended), "contended"},
+		{string(leaseapi.OutcomeStale), "stale"},
+		{string(leaseapi.OutcomeCanceled), "canceled"},
+		{string(leaseapi.OutcomeUnavailable), "unavailable"},
+		{string(leaseapi.OutcomeAmbiguous), "ambiguous"},
+		{string(leaseapi.OutcomeInvalid), "invalid"},
+		{leaseapi.OperationRenewBatch.String(), "renew-batch"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		s    leaseapi.State
+		want uint8
+	}{
+		{leaseapi.StateActive, 1}, {leaseapi.StateExpired, 2}, {leaseapi.StateLost, 3},
+		{leaseapi.StateUncertain, 4}, {leaseapi.StateReleased, 5},
+	} {
+		if uint8(tc.s) != tc.want {
+			t.Errorf("%v: got %d, want %d", tc.s, uint8(tc.s), tc.want)
+		}
+	}
+	if leaseapi.FailureFailClosed != 1 {
+		t.Errorf("FailureFailClosed: got %d, want 1", leaseapi.FailureFailClosed)
+	}
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Second})
+	if err != nil || p.FailureBehavior() != leaseapi.FailureFailClosed {
+		t.Fatalf("the zero FailureBehavior: got %v (%v), want fail-closed", p.FailureBehavior(), err)
+	}
+	if _, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Second, FailureBehavior: 2}); !errors.Is(err, leaseapi.ErrInvalidState) {
+		t.Fatalf("an unknown FailureBehavior: got %v, want ErrInvalidState", err)
 	}
 }
 

@@ -9,7 +9,7 @@ const (
 	// MaxWait is the longest an Acquire may wait for a contended key.
 	MaxWait = time.Hour
 	// MaxAttempts is the most acquisition attempts one Acquire may make.
-	MaxAttempts = 10_000
+	MaxAttempts uint32 = 10_000
 	// MaxOperationTimeout is the longest a single backend call may take.
 	MaxOperationTimeout = time.Minute
 	// MaxObservers is the most observers one observed backend accepts.
@@ -18,18 +18,20 @@ const (
 
 // FailureBehavior says what a handle does when an operation has no reliable
 // outcome. The only behaviour is [FailureFailClosed]; the type exists so
-// that a later behaviour is an explicit opt-in.
+// that a later behaviour is an explicit opt-in. The zero value means
+// FailureFailClosed too: [NewPolicy] turns it into FailureFailClosed.
 type FailureBehavior uint8
 
 const (
 	// FailureFailClosed denies admission (StateUncertain) until a later
-	// Renew or Validate succeeds before the deadline. It is the zero value.
-	FailureFailClosed FailureBehavior = iota
+	// Renew or Validate succeeds before the deadline. It is 1, as in the
+	// reference API; the zero value of the type means the same.
+	FailureFailClosed FailureBehavior = 1
 )
 
-// String names the behaviour.
+// String names the behaviour; the zero value is "fail-closed" too.
 func (f FailureBehavior) String() string {
-	if f == FailureFailClosed {
+	if f == 0 || f == FailureFailClosed {
 		return "fail-closed"
 	}
 	return "invalid"
@@ -59,12 +61,12 @@ type PolicyOptions struct {
 	Jitter time.Duration
 	// MaxAttempts bounds the acquisition attempts of one Acquire. Zero means
 	// the package bound MaxAttempts.
-	MaxAttempts int
+	MaxAttempts uint32
 	// OperationTimeout bounds each backend call. Zero means
 	// min(10s, (TTL-SafetyMargin)/2). Must be < TTL-SafetyMargin and at most
 	// MaxOperationTimeout.
 	OperationTimeout time.Duration
-	// FailureBehavior is FailureFailClosed, the zero value.
+	// FailureBehavior is FailureFailClosed; zero means FailureFailClosed.
 	FailureBehavior FailureBehavior
 }
 
@@ -106,7 +108,7 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	if o.Wait > 0 && o.Retry == 0 {
 		return Policy{}, invalid(op, "wait without retry")
 	}
-	if o.MaxAttempts < 0 || o.MaxAttempts > MaxAttempts {
+	if o.MaxAttempts > MaxAttempts {
 		return Policy{}, invalid(op, "max attempts out of range")
 	}
 	if o.MaxAttempts == 0 {
@@ -117,6 +119,9 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	}
 	if o.OperationTimeout == 0 {
 		o.OperationTimeout = min(10*time.Second, max(trust/2, 1))
+	}
+	if o.FailureBehavior == 0 {
+		o.FailureBehavior = FailureFailClosed
 	}
 	if o.FailureBehavior != FailureFailClosed {
 		return Policy{}, invalid(op, "unknown failure behavior")
@@ -155,7 +160,7 @@ func (p Policy) RenewEvery() time.Duration { return p.o.RenewEvery }
 func (p Policy) SafetyMargin() time.Duration { return p.o.SafetyMargin }
 
 // MaxAttempts returns the attempt bound of one Acquire.
-func (p Policy) MaxAttempts() int { return p.o.MaxAttempts }
+func (p Policy) MaxAttempts() uint32 { return p.o.MaxAttempts }
 
 // OperationTimeout returns the bound of one backend call.
 func (p Policy) OperationTimeout() time.Duration { return p.o.OperationTimeout }

@@ -56,16 +56,42 @@ func (r *Record) check() error {
 // GrantedTTL returns ExpiresAt - AcquiredAt, the TTL the backend granted.
 func (r Record) GrantedTTL() time.Duration { return r.ExpiresAt.Sub(r.AcquiredAt) }
 
-// SafeDeadline returns the local instant until which the holder of r may act:
-// sentAt (the local clock reading taken before the request that produced r
-// was sent) plus the smaller of the policy's TTL and the granted TTL, minus
-// the policy's safety margin. Anchoring at the send, not the reply, means a
-// slow round trip can only shorten the trust window, never stretch it.
+// SafeDeadline returns the backend-clock instant until which r may be
+// relied on when margin is reserved for delay and uncertainty: ExpiresAt
+// minus margin, as the reference API defines it. A negative margin counts
+// as zero (the result is never past ExpiresAt), and a margin that is not
+// shorter than the granted TTL gives AcquiredAt (no trust at all, never an
+// instant before the grant).
+//
+// It is in the backend's clock. A handle's admission decision is made on the
+// local clock from the send time of the request that produced r
+// ([Record.LocalDeadline]); Handle.Deadline and Handle.State are the
+// authoritative local checks.
+func (r Record) SafeDeadline(margin time.Duration) time.Time {
+	margin = max(margin, 0)
+	if r.GrantedTTL() <= margin {
+		return r.AcquiredAt
+	}
+	return r.ExpiresAt.Add(-margin)
+}
+
+// UsableAt reports whether the backend-clock instant now is strictly before
+// r.SafeDeadline(margin). Handle.State is the authoritative local check.
+func (r Record) UsableAt(now time.Time, margin time.Duration) bool {
+	return now.Before(r.SafeDeadline(margin))
+}
+
+// LocalDeadline returns the local instant until which the holder of r may
+// act: sentAt (the local clock reading taken before the request that
+// produced r was sent) plus the smaller of the policy's TTL and the granted
+// TTL, minus the policy's safety margin. Anchoring at the send, not the
+// reply, means a slow round trip can only shorten the trust window, never
+// stretch it. This is the deadline a handle enforces.
 //
 // A record whose granted TTL is not longer than the margin (including a
 // broken one that expires before it was acquired) gives no trust at all:
 // the deadline is sentAt itself, never an overflowed instant in the future.
-func (r Record) SafeDeadline(sentAt time.Time, p Policy) time.Time {
+func (r Record) LocalDeadline(sentAt time.Time, p Policy) time.Time {
 	ttl := p.TTL()
 	if g := r.GrantedTTL(); g < ttl {
 		ttl = g
@@ -76,10 +102,11 @@ func (r Record) SafeDeadline(sentAt time.Time, p Policy) time.Time {
 	return sentAt.Add(ttl - p.SafetyMargin())
 }
 
-// UsableAt reports whether the holder of r, granted by a request sent at
-// sentAt, may still act at the local instant now.
-func (r Record) UsableAt(now, sentAt time.Time, p Policy) bool {
-	return now.Before(r.SafeDeadline(sentAt, p))
+// LocalUsableAt reports whether the holder of r, granted by a request sent
+// at the local instant sentAt, may still act at the local instant now:
+// now is strictly before r.LocalDeadline(sentAt, p).
+func (r Record) LocalUsableAt(now, sentAt time.Time, p Policy) bool {
+	return now.Before(r.LocalDeadline(sentAt, p))
 }
 
 // CheckOwner returns [ErrInvalidState] unless owner is 1 to [MaxOwnerBytes]

@@ -13,19 +13,20 @@ package leaseapi
 // Expired, Lost and Released are terminal.
 type State uint8
 
+// The values are numbered as in the reference API.
 const (
 	// StateActive: the holder may act (admission granted) until the deadline.
-	StateActive State = iota + 1
-	// StateUncertain: the last operation had no reliable outcome; no
-	// admission until a Renew or Validate succeeds before the deadline.
-	StateUncertain
+	StateActive State = 1
 	// StateExpired: the local deadline passed without a confirmed renewal.
-	StateExpired
+	StateExpired State = 2
 	// StateLost: the backend proved that another grant replaced this one,
 	// or the client was closed before the lease could be released.
-	StateLost
+	StateLost State = 3
+	// StateUncertain: the last operation had no reliable outcome; no
+	// admission until a Renew or Validate succeeds before the deadline.
+	StateUncertain State = 4
 	// StateReleased: the holder released the lease.
-	StateReleased
+	StateReleased State = 5
 )
 
 // String returns the lower-case state name.

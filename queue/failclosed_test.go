@@ -255,7 +255,7 @@ func TestReleaseErrorIsReported(t *testing.T) {
 				ev := &events{}
 				w, err := queue.New(c, src, queue.Options{Policy: itemPolicy(t), OnEvent: ev.add,
 					Handler: func(context.Context, queue.Item, leaseapi.Token) error {
-						f.Inject(leaseapi.OpRelease, tc.fault)
+						f.Inject(leaseapi.OperationRelease, tc.fault)
 						return nil
 					}})
 				if err != nil {

@@ -175,7 +175,7 @@ func TestNoAckWithoutTheLease(t *testing.T) {
 					f.SetMode(simtest.Pass)
 					return nil
 				case 2: // the backend denies the grant at the check before the ack
-					f.Inject(leaseapi.OpValidate, simtest.Stale)
+					f.Inject(leaseapi.OperationValidate, simtest.Stale)
 					return nil
 				}
 				return nil

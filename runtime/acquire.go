@@ -75,7 +75,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		wake = ch
 	}
 	end := c.clk.Now().Add(p.Wait())
-	for attempt := 1; ; attempt++ {
+	for attempt := uint32(1); ; attempt++ {
 		h, err := c.attempt(ctx, key, p)
 		if err == nil || !retryable(err) {
 			return h, c.closedOr(err, op)
@@ -189,7 +189,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		return nil, leaseapi.NewError(op, leaseapi.ErrFencingRegression, "token not above one already granted")
 	}
 	recvAt := c.clk.Now()
-	if !recvAt.Before(rec.SafeDeadline(sentAt, p)) {
+	if !recvAt.Before(rec.LocalDeadline(sentAt, p)) {
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/leasekit/lease/simtest"
 )
 
-func waitPolicy(t *testing.T, wait time.Duration, attempts int) leaseapi.Policy {
+func waitPolicy(t *testing.T, wait time.Duration, attempts uint32) leaseapi.Policy {
 	return policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, Retry: time.Second, Wait: wait, MaxAttempts: attempts})
 }
 
@@ -81,10 +81,10 @@ func TestAcquireBounds(t *testing.T) {
 		if !strings.Contains(err.Error(), "held by another owner") {
 			t.Fatalf("ErrTimeout %q does not say the key was held", err)
 		}
-		calls := b.faulty.Calls(leaseapi.OpTryAcquire)
+		calls := b.faulty.Calls(leaseapi.OperationAcquire)
 		_, err = b.client.Acquire(t.Context(), k, waitPolicy(t, time.Hour, 3))
 		wantKind(t, "Acquire past MaxAttempts", err, leaseapi.ErrContended)
-		if got := b.faulty.Calls(leaseapi.OpTryAcquire) - calls; got != 3 {
+		if got := b.faulty.Calls(leaseapi.OperationAcquire) - calls; got != 3 {
 			t.Fatalf("attempts: got %d, want 3", got)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
@@ -116,7 +116,7 @@ func TestAcquireAmbiguousResolvedByInspect(t *testing.T) {
 		b := setup(t, runtimeOpts())
 		k := testKey(t, "resolve")
 		p := basicPolicy(t)
-		b.faulty.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
+		b.faulty.Inject(leaseapi.OperationAcquire, simtest.LoseReply)
 		sent := time.Now()
 		h, err := b.client.TryAcquire(t.Context(), k, p)
 		if err != nil {
@@ -127,8 +127,8 @@ func TestAcquireAmbiguousResolvedByInspect(t *testing.T) {
 		}
 		// Not resolvable: the reply is lost and the read fails too.
 		k2 := testKey(t, "resolve-2")
-		b.faulty.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
-		b.faulty.Inject(leaseapi.OpInspect, simtest.FailBeforeSend)
+		b.faulty.Inject(leaseapi.OperationAcquire, simtest.LoseReply)
+		b.faulty.Inject(leaseapi.OperationInspect, simtest.FailBeforeSend)
 		_, err = b.client.TryAcquire(t.Context(), k2, p)
 		wantKind(t, "unresolvable lost acquire reply", err, leaseapi.ErrAmbiguousOutcome)
 		// The orphan grant is never handed out, and expires at its TTL.
@@ -158,7 +158,6 @@ func TestBadInput(t *testing.T) {
 			{"nil fn", b.client.Run(t.Context(), k, p, nil)},
 			{"nil close ctx", b.client.Close(nilCtx)},
 			{"nil backend", func() error { _, err := runtime.NewClient(nil, runtime.ClientOptions{}); return err }()},
-			{"negative MaxWaiters", func() error { _, err := runtime.NewClient(b.store, runtime.ClientOptions{MaxWaiters: -1}); return err }()},
 			{"MaxManaged too large", func() error {
 				_, err := runtime.NewClient(b.store, runtime.ClientOptions{MaxManaged: runtime.MaxClientManaged + 1})
 				return err
@@ -199,7 +198,6 @@ func TestPolicyValidation(t *testing.T) {
 		{"wait over max", leaseapi.PolicyOptions{TTL: time.Second, Wait: leaseapi.MaxWait + 1, Retry: time.Second}},
 		{"wait without retry", leaseapi.PolicyOptions{TTL: time.Second, Wait: time.Second}},
 		{"attempts over max", leaseapi.PolicyOptions{TTL: time.Second, MaxAttempts: leaseapi.MaxAttempts + 1}},
-		{"negative attempts", leaseapi.PolicyOptions{TTL: time.Second, MaxAttempts: -1}},
 		{"negative op timeout", leaseapi.PolicyOptions{TTL: time.Second, OperationTimeout: -1}},
 		{"op timeout over max", leaseapi.PolicyOptions{TTL: time.Hour, OperationTimeout: leaseapi.MaxOperationTimeout + 1}},
 		{"op timeout >= ttl-margin", leaseapi.PolicyOptions{TTL: time.Second, SafetyMargin: 100 * time.Millisecond, OperationTimeout: 900 * time.Millisecond}},

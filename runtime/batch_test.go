@@ -32,7 +32,7 @@ func (b *batchingBackend) Renew(ctx context.Context, rec leaseapi.Record, ttl ti
 	b.mu.Unlock()
 	return b.s.Renew(ctx, rec, ttl)
 }
-func (b *batchingBackend) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (b *batchingBackend) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	return b.s.Validate(ctx, rec)
 }
 func (b *batchingBackend) Release(ctx context.Context, rec leaseapi.Record) error {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,13 +16,13 @@ import (
 // Client bounds.
 const (
 	// MaxClientWaiters is the largest ClientOptions.MaxWaiters.
-	MaxClientWaiters = 1_000_000
+	MaxClientWaiters uint32 = 1_000_000
 	// MaxClientManaged is the largest ClientOptions.MaxManaged.
-	MaxClientManaged = 100_000
+	MaxClientManaged uint32 = 100_000
 	// DefaultMaxWaiters is MaxWaiters when zero.
-	DefaultMaxWaiters = 10_000
+	DefaultMaxWaiters uint32 = 10_000
 	// DefaultMaxManaged is MaxManaged when zero.
-	DefaultMaxManaged = 10_000
+	DefaultMaxManaged uint32 = 10_000
 )
 
 // ClientOptions configures a [Client]. The zero value is valid: the real
@@ -38,10 +39,10 @@ type ClientOptions struct {
 	Retry leaseapi.RetrySource
 	// MaxWaiters bounds Acquire/TryAcquire calls in flight (0: 10,000; at
 	// most MaxClientWaiters). One more fails fast with ErrCapacity.
-	MaxWaiters int
+	MaxWaiters uint32
 	// MaxManaged bounds handles under managed renewal (0: 10,000; at most
 	// MaxClientManaged). One more StartManaged fails with ErrCapacity.
-	MaxManaged int
+	MaxManaged uint32
 	// NoBatching makes every renewal its own backend call even when the
 	// backend can renew in batches (leaseapi.BatchRenewer).
 	NoBatching bool
@@ -96,13 +97,13 @@ type Client struct {
 // goroutine. A nil backend or out-of-range bounds are ErrInvalidState.
 func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	const op = "new client"
-	if b == nil {
+	if b == nil || isNilPointer(b) {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil backend")
 	}
-	if o.MaxWaiters < 0 || o.MaxWaiters > MaxClientWaiters {
+	if o.MaxWaiters > MaxClientWaiters {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max waiters out of range")
 	}
-	if o.MaxManaged < 0 || o.MaxManaged > MaxClientManaged {
+	if o.MaxManaged > MaxClientManaged {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max managed out of range")
 	}
 	c := &Client{
@@ -151,7 +152,14 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-func cmpOr(v, def int) int {
+// isNilPointer reports whether b is a typed nil pointer (a nil *memory.Store
+// in a Backend interface), which would panic on its first call.
+func isNilPointer(b leaseapi.Backend) bool {
+	v := reflect.ValueOf(b)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+func cmpOr(v, def uint32) uint32 {
 	if v == 0 {
 		return def
 	}

@@ -57,7 +57,7 @@ func TestManagedOnInjectedClock(t *testing.T) {
 			if l.At.Before(deadline) {
 				t.Fatalf("Loss at %v, before the deadline %v", l.At, deadline)
 			}
-			if n := f.Calls(leaseapi.OpRenew); n == 0 {
+			if n := f.Calls(leaseapi.OperationRenew); n == 0 {
 				t.Fatal("no managed renewal was attempted on the mock clock")
 			}
 			return

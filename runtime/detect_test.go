@@ -28,7 +28,7 @@ func (r *restartable) TryAcquire(ctx context.Context, k leaseapi.Key, o string, 
 func (r *restartable) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	return r.cur.Load().Renew(ctx, rec, ttl)
 }
-func (r *restartable) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (r *restartable) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	return r.cur.Load().Validate(ctx, rec)
 }
 func (r *restartable) Release(ctx context.Context, rec leaseapi.Record) error {
@@ -121,7 +121,7 @@ func TestNoAdoptionWhenBackendForbidsIt(t *testing.T) {
 		defer c.Close(context.Background())
 		p := basicPolicy(t)
 		k := testKey(t, "no-adopt")
-		f.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
+		f.Inject(leaseapi.OperationAcquire, simtest.LoseReply)
 		_, err = c.TryAcquire(t.Context(), k, p)
 		wantKind(t, "lost reply on a backend that forbids adoption", err, leaseapi.ErrAmbiguousOutcome)
 		if c.Held() != 0 {

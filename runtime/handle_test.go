@@ -59,14 +59,14 @@ func TestDeadlineWithoutIO(t *testing.T) {
 			t.Fatalf("Deadline: got %v, want %v", h.Deadline(), want)
 		}
 		b.faulty.SetMode(simtest.Blackhole)
-		calls := b.faulty.Calls(leaseapi.OpRenew) + b.faulty.Calls(leaseapi.OpValidate)
+		calls := b.faulty.Calls(leaseapi.OperationRenew) + b.faulty.Calls(leaseapi.OperationValidate)
 		simtest.Advance(time.Until(h.Deadline()) - time.Nanosecond)
 		wantState(t, "1ns before the deadline", h, leaseapi.StateActive)
 		simtest.Advance(time.Nanosecond)
 		wantState(t, "at the deadline", h, leaseapi.StateExpired)
 		simtest.Settle()
 		<-h.Done()
-		if got := b.faulty.Calls(leaseapi.OpRenew) + b.faulty.Calls(leaseapi.OpValidate); got != calls {
+		if got := b.faulty.Calls(leaseapi.OperationRenew) + b.faulty.Calls(leaseapi.OperationValidate); got != calls {
 			t.Fatalf("expiry made %d backend calls, want 0", got-calls)
 		}
 		wantKind(t, "Renew after expiry", h.Renew(t.Context()), leaseapi.ErrLost)
@@ -102,7 +102,7 @@ func TestAmbiguousRenewThenRecover(t *testing.T) {
 		p := basicPolicy(t)
 		h := mustAcquire(t, b.client, testKey(t, "ambiguous"), p)
 		before := h.Deadline()
-		b.faulty.Inject(leaseapi.OpRenew, simtest.LoseReply)
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.LoseReply)
 		wantKind(t, "Renew with a lost reply", h.Renew(t.Context()), leaseapi.ErrAmbiguousOutcome)
 		wantState(t, "after an ambiguous renew", h, leaseapi.StateUncertain)
 		if !h.Deadline().Equal(before) {
@@ -116,7 +116,7 @@ func TestAmbiguousRenewThenRecover(t *testing.T) {
 			t.Fatal("Validate extended the deadline")
 		}
 		simtest.Advance(time.Second)
-		b.faulty.Inject(leaseapi.OpRenew, simtest.FailBeforeSend)
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.FailBeforeSend)
 		wantKind(t, "Renew with the backend down", h.Renew(t.Context()), leaseapi.ErrBackendUnavailable)
 		wantState(t, "after a failed renew", h, leaseapi.StateUncertain)
 		if err := h.Renew(t.Context()); err != nil {
@@ -135,7 +135,7 @@ func TestStaleOwnerIsTerminal(t *testing.T) {
 		p := basicPolicy(t)
 		k := testKey(t, "stale")
 		h := mustAcquire(t, b.client, k, p)
-		b.faulty.Inject(leaseapi.OpRenew, simtest.Stale)
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.Stale)
 		wantKind(t, "stale Renew", h.Renew(t.Context()), leaseapi.ErrStaleOwner)
 		wantState(t, "after a stale renew", h, leaseapi.StateLost)
 		<-h.Done()
@@ -160,7 +160,7 @@ func TestRealStaleOwner(t *testing.T) {
 		if _, err := b.store.TryAcquire(t.Context(), k, "intruder-owner-id", p.TTL()); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.store.Validate(t.Context(), rec); !errors.Is(err, leaseapi.ErrStaleOwner) {
+		if _, err := b.store.Validate(t.Context(), rec); !errors.Is(err, leaseapi.ErrStaleOwner) {
 			t.Fatalf("old record: got %v, want ErrStaleOwner", err)
 		}
 		wantState(t, "handle past its deadline", h, leaseapi.StateExpired)
@@ -200,9 +200,9 @@ func TestRenewUnreachableAfterDeadlineIsRefusedWithoutIO(t *testing.T) {
 			t.Fatal("hanging validate succeeded")
 		}
 		wantState(t, "after the deadline", h, leaseapi.StateExpired)
-		calls := b.faulty.Calls(leaseapi.OpRenew)
+		calls := b.faulty.Calls(leaseapi.OperationRenew)
 		wantKind(t, "Renew after the deadline", h.Renew(t.Context()), leaseapi.ErrLost)
-		if b.faulty.Calls(leaseapi.OpRenew) != calls {
+		if b.faulty.Calls(leaseapi.OperationRenew) != calls {
 			t.Fatal("a renewal was sent after the deadline")
 		}
 	})

@@ -27,7 +27,7 @@ func TestManagedRenewalKeepsLeaseForHours(t *testing.T) {
 			}
 		}
 		// One renewal per RenewEvery (3s), measured from each send.
-		if got, want := b.faulty.Calls(leaseapi.OpRenew), 3*3600/3; got < want-1 || got > want+1 {
+		if got, want := b.faulty.Calls(leaseapi.OperationRenew), 3*3600/3; got < want-1 || got > want+1 {
 			t.Fatalf("renewals in 3h: got %d, want about %d", got, want)
 		}
 		if err := m.Stop(t.Context()); err != nil {
@@ -58,7 +58,7 @@ func TestManagedLossDeliveredOnce(t *testing.T) {
 		{"renewals keep failing", func(f *simtest.Faulty) { f.SetMode(simtest.Down) }, leaseapi.StateExpired, leaseapi.ErrLost},
 		{"renewal replies lost", func(f *simtest.Faulty) { f.SetMode(simtest.LoseReplies) }, leaseapi.StateExpired, leaseapi.ErrLost},
 		{"backend blackholed", func(f *simtest.Faulty) { f.SetMode(simtest.Blackhole) }, leaseapi.StateExpired, leaseapi.ErrLost},
-		{"stale owner", func(f *simtest.Faulty) { f.Inject(leaseapi.OpRenew, simtest.Stale) }, leaseapi.StateLost, leaseapi.ErrStaleOwner},
+		{"stale owner", func(f *simtest.Faulty) { f.Inject(leaseapi.OperationRenew, simtest.Stale) }, leaseapi.StateLost, leaseapi.ErrStaleOwner},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			simtest.Simulate(t, func(t *testing.T) {
@@ -119,7 +119,7 @@ func TestManagedRecoversFromTransientFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.faulty.Inject(leaseapi.OpRenew, simtest.LoseReply, simtest.FailBeforeSend)
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.LoseReply, simtest.FailBeforeSend)
 		simtest.Advance(3 * time.Second) // first renewal: reply lost
 		wantState(t, "after a lost renewal reply", h, leaseapi.StateUncertain)
 		simtest.Advance(time.Second) // retry after Retry: fails before send
@@ -204,7 +204,7 @@ func TestManagedEndsAtFailedRelease(t *testing.T) {
 				}
 				simtest.Advance(p.RenewEvery()) // one renewal
 				deadline := h.Deadline()
-				b.faulty.Inject(leaseapi.OpRelease, tc.fault)
+				b.faulty.Inject(leaseapi.OperationRelease, tc.fault)
 				wantKind(t, "Release", h.Release(t.Context()), tc.kind)
 				if st := h.State(); st != leaseapi.StateUncertain {
 					t.Fatalf("after the failed release: state %v, want Uncertain", st)
@@ -220,9 +220,9 @@ func TestManagedEndsAtFailedRelease(t *testing.T) {
 				if b.client.Managed() != 0 {
 					t.Fatalf("managed count after Release: got %d, want 0", b.client.Managed())
 				}
-				renewals := b.faulty.Calls(leaseapi.OpRenew)
+				renewals := b.faulty.Calls(leaseapi.OperationRenew)
 				simtest.Advance(3 * p.TTL())
-				if got := b.faulty.Calls(leaseapi.OpRenew); got != renewals {
+				if got := b.faulty.Calls(leaseapi.OperationRenew); got != renewals {
 					t.Fatalf("%d renewals after the failed release, want none", got-renewals)
 				}
 				if st := h.State(); st != leaseapi.StateExpired {

@@ -111,7 +111,7 @@ func (o *observer) deliver(e leaseapi.Event) {
 func (ob *ObservedBackend) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	start := ob.clk.Now()
 	rec, err := ob.b.TryAcquire(ctx, k, owner, ttl)
-	ob.emit(leaseapi.OpTryAcquire, k, start, err)
+	ob.emit(leaseapi.OperationAcquire, k, start, err)
 	return rec, err
 }
 
@@ -119,23 +119,23 @@ func (ob *ObservedBackend) TryAcquire(ctx context.Context, k leaseapi.Key, owner
 func (ob *ObservedBackend) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	start := ob.clk.Now()
 	out, err := ob.b.Renew(ctx, rec, ttl)
-	ob.emit(leaseapi.OpRenew, rec.Key, start, err)
+	ob.emit(leaseapi.OperationRenew, rec.Key, start, err)
 	return out, err
 }
 
 // Validate implements leaseapi.Backend.
-func (ob *ObservedBackend) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (ob *ObservedBackend) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	start := ob.clk.Now()
-	err := ob.b.Validate(ctx, rec)
-	ob.emit(leaseapi.OpValidate, rec.Key, start, err)
-	return err
+	out, err := ob.b.Validate(ctx, rec)
+	ob.emit(leaseapi.OperationValidate, rec.Key, start, err)
+	return out, err
 }
 
 // Release implements leaseapi.Backend.
 func (ob *ObservedBackend) Release(ctx context.Context, rec leaseapi.Record) error {
 	start := ob.clk.Now()
 	err := ob.b.Release(ctx, rec)
-	ob.emit(leaseapi.OpRelease, rec.Key, start, err)
+	ob.emit(leaseapi.OperationRelease, rec.Key, start, err)
 	return err
 }
 
@@ -148,7 +148,7 @@ func (ob *ObservedBackend) Inspect(ctx context.Context, k leaseapi.Key) (leaseap
 	}
 	start := ob.clk.Now()
 	rec, held, err := in.Inspect(ctx, k)
-	ob.emit(leaseapi.OpInspect, k, start, err)
+	ob.emit(leaseapi.OperationInspect, k, start, err)
 	return rec, held, err
 }
 
@@ -184,7 +184,7 @@ func (ob *ObservedBackend) RenewBatch(ctx context.Context, reqs []leaseapi.Renew
 	start := ob.clk.Now()
 	out := br.RenewBatch(ctx, reqs)
 	for i, r := range out {
-		ob.emit(leaseapi.OpRenew, reqs[i].Record.Key, start, r.Err)
+		ob.emit(leaseapi.OperationRenew, reqs[i].Record.Key, start, r.Err)
 	}
 	return out
 }

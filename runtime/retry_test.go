@@ -24,10 +24,10 @@ func contendedWait(t *testing.T, o runtime.ClientOptions, p leaseapi.Policy) (er
 	if _, err := b.store.TryAcquire(t.Context(), k, "holder", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	calls := b.faulty.Calls(leaseapi.OpTryAcquire)
+	calls := b.faulty.Calls(leaseapi.OperationAcquire)
 	start := time.Now()
 	_, err := b.client.Acquire(t.Context(), k, p)
-	return err, time.Since(start), b.faulty.Calls(leaseapi.OpTryAcquire) - calls
+	return err, time.Since(start), b.faulty.Calls(leaseapi.OperationAcquire) - calls
 }
 
 // TestRetryNearMaxInt64WaitsOutWait is the regression test of the finding:

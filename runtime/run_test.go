@@ -280,7 +280,7 @@ func TestEventsAndErrorsAreRedacted(t *testing.T) {
 				t.Fatalf("KeyHash: got %q, want a stable non-empty hash", e.KeyHash)
 			}
 		}
-		if events[0].Operation != leaseapi.OpTryAcquire || events[0].Outcome != leaseapi.OutcomeOK || events[1].Outcome != leaseapi.OutcomeContended {
+		if events[0].Operation != leaseapi.OperationAcquire || events[0].Outcome != leaseapi.OutcomeSuccess || events[1].Outcome != leaseapi.OutcomeContended {
 			t.Fatalf("events: got %v, %v", events[0], events[1])
 		}
 	})

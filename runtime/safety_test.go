@@ -88,9 +88,9 @@ func safetyScenario(t *testing.T, seed uint64) {
 				for step := intn(20); step > 0 && ctx.Err() == nil; step-- {
 					switch intn(10) { // a fault on this client's next calls
 					case 0:
-						f.Inject(leaseapi.OpRenew, simtest.LoseReply)
+						f.Inject(leaseapi.OperationRenew, simtest.LoseReply)
 					case 1:
-						f.Inject(leaseapi.OpRenew, simtest.FailBeforeSend, simtest.FailBeforeSend)
+						f.Inject(leaseapi.OperationRenew, simtest.FailBeforeSend, simtest.FailBeforeSend)
 					case 2:
 						f.SetMode(simtest.Blackhole) // a partition
 					case 3:

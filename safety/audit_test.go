@@ -102,7 +102,7 @@ func (r *recorded) Renew(ctx context.Context, in leaseapi.Record, ttl time.Durat
 	return rec, err
 }
 
-func (r *recorded) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (r *recorded) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	return r.b.Validate(ctx, rec)
 }
 

@@ -59,7 +59,7 @@ func (c *crashable) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Dur
 	return c.store().Renew(ctx, rec, ttl)
 }
 
-func (c *crashable) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (c *crashable) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	return c.store().Validate(ctx, rec)
 }
 

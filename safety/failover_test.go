@@ -414,7 +414,7 @@ func (w *switchable) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Du
 	return w.store().Renew(ctx, rec, ttl)
 }
 
-func (w *switchable) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (w *switchable) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	return w.store().Validate(ctx, rec)
 }
 

@@ -244,7 +244,7 @@ func TestSimRenewReplyLost(t *testing.T) {
 		for _, fault := range faults {
 			simtest.Advance(w.between(100*time.Millisecond, 1500*time.Millisecond))
 			before := h.Deadline()
-			a.faulty.Inject(leaseapi.OpRenew, fault)
+			a.faulty.Inject(leaseapi.OperationRenew, fault)
 			err := h.Renew(context.Background())
 			w.wantKind(fmt.Sprintf("Renew with fault %d", fault), err, leaseapi.ErrAmbiguousOutcome)
 			if st := h.State(); st != leaseapi.StateUncertain {
@@ -311,19 +311,19 @@ func TestSimAcquireReplyLost(t *testing.T) {
 		variant := w.seed % 3
 		switch variant {
 		case 0: // lost reply, resolved by a read at once
-			a.faulty.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
+			a.faulty.Inject(leaseapi.OperationAcquire, simtest.LoseReply)
 		case 1: // lost reply, the resolving read fails too
-			a.faulty.Inject(leaseapi.OpTryAcquire, simtest.LoseReply)
-			a.faulty.Inject(leaseapi.OpInspect, simtest.FailBeforeSend)
+			a.faulty.Inject(leaseapi.OperationAcquire, simtest.LoseReply)
+			a.faulty.Inject(leaseapi.OperationInspect, simtest.FailBeforeSend)
 		case 2: // applied at once, reply lost after ~the timeout; slow read
-			a.deferred.DelayReply(leaseapi.OpTryAcquire, time.Hour)
-			a.deferred.DelayReply(leaseapi.OpInspect, w.between(300*time.Millisecond, 440*time.Millisecond))
+			a.deferred.DelayReply(leaseapi.OperationAcquire, time.Hour)
+			a.deferred.DelayReply(leaseapi.OperationInspect, w.between(300*time.Millisecond, 440*time.Millisecond))
 		}
 		sentAt := time.Now()
 		ha, err := a.c.TryAcquire(context.Background(), k, w.policy)
 		var orphan leaseapi.Token
 		for _, o := range w.ledger.Ops() {
-			if o.Client == "a" && o.Op == leaseapi.OpTryAcquire && o.Committed() {
+			if o.Client == "a" && o.Op == leaseapi.OperationAcquire && o.Committed() {
 				orphan = o.Record.Token
 				if !o.Ambiguous() {
 					w.problem("the faulted acquisition was not ambiguous to the caller: %q", o.Seen)
@@ -411,7 +411,7 @@ func TestSimReleaseReplyLost(t *testing.T) {
 			_ = w.write(ha, "a")
 		}
 		old := ha.Snapshot().Record
-		a.faulty.Inject(leaseapi.OpRelease, simtest.LoseReply)
+		a.faulty.Inject(leaseapi.OperationRelease, simtest.LoseReply)
 		w.wantKind("a: Release with its reply lost", ha.Release(context.Background()), leaseapi.ErrAmbiguousOutcome)
 		if st := ha.State(); st != leaseapi.StateUncertain {
 			w.problem("a after an ambiguous release: state %v, want uncertain", st)
@@ -436,9 +436,9 @@ func TestSimReleaseReplyLost(t *testing.T) {
 		}
 		switch variant {
 		case 0: // after the TTL: the handle refuses without I/O, the raw retry is stale
-			calls := a.faulty.Calls(leaseapi.OpRelease)
+			calls := a.faulty.Calls(leaseapi.OperationRelease)
 			w.wantKind("a: Release retry on an expired handle", ha.Release(context.Background()), leaseapi.ErrLost)
-			if n := a.faulty.Calls(leaseapi.OpRelease); n != calls {
+			if n := a.faulty.Calls(leaseapi.OperationRelease); n != calls {
 				w.problem("Release on an expired handle reached the backend")
 			}
 			w.wantKind("a: raw Release retry of the old record", a.backend.Release(context.Background(), old), leaseapi.ErrStaleOwner)
@@ -495,7 +495,7 @@ func TestSimPartition(t *testing.T) {
 		// A renewal that commits but whose reply is lost: Uncertain until
 		// the next managed renewal confirms.
 		simtest.Advance(w.between(0, time.Second))
-		a.faulty.Inject(leaseapi.OpRenew, simtest.LoseReply)
+		a.faulty.Inject(leaseapi.OperationRenew, simtest.LoseReply)
 		sawUncertain := waitFor(2*time.Second, 10*time.Millisecond, func() bool {
 			w.admit(h)
 			return h.State() == leaseapi.StateUncertain
@@ -585,7 +585,7 @@ func TestSimDeferredExecution(t *testing.T) {
 		}
 		w.granted(h)
 		simtest.Advance(w.between(0, time.Second))
-		a.deferred.DeferApply(leaseapi.OpRenew, opTimeout+w.between(0, 3*time.Second))
+		a.deferred.DeferApply(leaseapi.OperationRenew, opTimeout+w.between(0, 3*time.Second))
 		before := h.Deadline()
 		w.wantKind("a: deferred Renew", h.Renew(ctx), leaseapi.ErrAmbiguousOutcome)
 		if h.State() != leaseapi.StateUncertain && h.State() != leaseapi.StateExpired {
@@ -625,7 +625,7 @@ func TestSimDeferredExecution(t *testing.T) {
 			w.fatal("a: TryAcquire k2: %v", err)
 		}
 		w.granted(h)
-		a.deferred.DeferApply(leaseapi.OpRelease, w.policy.TTL()+w.between(time.Second, 3*time.Second))
+		a.deferred.DeferApply(leaseapi.OperationRelease, w.policy.TTL()+w.between(time.Second, 3*time.Second))
 		w.wantKind("a: deferred Release", h.Release(ctx), leaseapi.ErrAmbiguousOutcome)
 		if w.admit(h) {
 			w.problem("a Active after an ambiguous release")
@@ -656,7 +656,7 @@ func TestSimDeferredExecution(t *testing.T) {
 		}
 		w.granted(h)
 		late := opTimeout + w.between(100*time.Millisecond, 2*time.Second)
-		b.deferred.DeferApply(leaseapi.OpTryAcquire, late)
+		b.deferred.DeferApply(leaseapi.OperationAcquire, late)
 		sent := time.Now()
 		hb, err = b.c.TryAcquire(ctx, k3, w.policy)
 		if err == nil {
@@ -671,7 +671,7 @@ func TestSimDeferredExecution(t *testing.T) {
 		}
 		var orphan simtest.LedgerOp
 		for _, o := range w.ledger.Ops() {
-			if o.Client == "b" && o.Op == leaseapi.OpTryAcquire && o.Key == k3.String() {
+			if o.Client == "b" && o.Op == leaseapi.OperationAcquire && o.Key == k3.String() {
 				orphan = o
 			}
 		}

@@ -299,7 +299,7 @@ func TestClaimRetriesWithinWait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv.faulty.Inject(leaseapi.OpTryAcquire, simtest.FailBeforeSend, simtest.FailBeforeSend)
+		srv.faulty.Inject(leaseapi.OperationAcquire, simtest.FailBeforeSend, simtest.FailBeforeSend)
 		backendtest.Start(t, srv.sched)
 		simtest.Advance(time.Minute + 5*time.Second)
 		if len(ranAt) != 1 || ranAt[0] != 2*time.Second {

@@ -46,7 +46,7 @@ type LedgerOp struct {
 
 // Mutation reports whether the operation changes the backend's state.
 func (o LedgerOp) Mutation() bool {
-	return o.Op == leaseapi.OpTryAcquire || o.Op == leaseapi.OpRenew || o.Op == leaseapi.OpRelease
+	return o.Op == leaseapi.OperationAcquire || o.Op == leaseapi.OperationRenew || o.Op == leaseapi.OperationRelease
 }
 
 // Committed reports whether the backend applied the operation and it
@@ -98,7 +98,7 @@ func (l *Ledger) end(id int, rec leaseapi.Record, err error) {
 	o.Seen = kindName(o.seen)
 	if err == nil {
 		o.Returned = rec
-		if o.Op == leaseapi.OpTryAcquire {
+		if o.Op == leaseapi.OperationAcquire {
 			o.Token = rec.Token
 		}
 	}
@@ -120,7 +120,7 @@ func (l *Ledger) applied(ctx context.Context, op leaseapi.Operation, key leaseap
 	o.Result = kindName(o.result)
 	if err == nil {
 		o.Record = rec
-		if op == leaseapi.OpTryAcquire {
+		if op == leaseapi.OperationAcquire {
 			o.Token = rec.Token
 		}
 	}
@@ -158,7 +158,7 @@ func (l *Ledger) AcquireSentAt(owner string) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, o := range l.ops {
-		if o.Op == leaseapi.OpTryAcquire && o.Owner == owner && o.Committed() {
+		if o.Op == leaseapi.OperationAcquire && o.Owner == owner && o.Committed() {
 			return o.SentAt, true
 		}
 	}
@@ -179,12 +179,12 @@ func (l *Ledger) TrustBound(owner string, token leaseapi.Token, p leaseapi.Polic
 			continue
 		}
 		switch {
-		case o.Op == leaseapi.OpTryAcquire:
-		case o.Op == leaseapi.OpRenew && o.done && o.seen == nil:
+		case o.Op == leaseapi.OperationAcquire:
+		case o.Op == leaseapi.OperationRenew && o.done && o.seen == nil:
 		default:
 			continue
 		}
-		if d := o.Record.SafeDeadline(o.SentAt, p); d.After(bound) {
+		if d := o.Record.LocalDeadline(o.SentAt, p); d.After(bound) {
 			bound, ok = d, true
 		}
 	}
@@ -218,7 +218,7 @@ func (l *Ledger) CheckAmbiguity() (committed, notCommitted int, vs []Violation) 
 			notCommitted++
 		case o.seen == nil && (!o.Applied || o.result != nil):
 			vs = append(vs, Violation{"fabricated", fmt.Sprintf("op %d: %v succeeded but the backend answered %q (applied %v)", o.ID, o.Op, o.Result, o.Applied), []int{o.ID}})
-		case o.seen == nil && o.Op != leaseapi.OpInspect && o.Returned != o.Record:
+		case o.seen == nil && o.Op != leaseapi.OperationInspect && o.Returned != o.Record:
 			vs = append(vs, Violation{"fabricated", fmt.Sprintf("op %d: %v returned another record than the backend's", o.ID, o.Op), []int{o.ID}})
 		case o.seen == leaseapi.ErrBackendUnavailable && o.Committed():
 			vs = append(vs, Violation{"unavailable-applied", fmt.Sprintf("op %d: %v reported unavailable but committed", o.ID, o.Op), []int{o.ID}})
@@ -237,7 +237,7 @@ func (l *Ledger) CheckGrants(h *History) []Violation {
 	}
 	committed := map[grant]bool{}
 	for _, o := range l.Ops() {
-		if o.Op == leaseapi.OpTryAcquire && o.Committed() {
+		if o.Op == leaseapi.OperationAcquire && o.Committed() {
 			committed[grant{o.Key, o.Owner, o.Record.Token}] = true
 		}
 	}
@@ -289,28 +289,28 @@ type ledgerClient struct {
 }
 
 func (c *ledgerClient) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
-	_, id := c.l.begin(c.name, leaseapi.OpTryAcquire, k, owner, 0)
+	_, id := c.l.begin(c.name, leaseapi.OperationAcquire, k, owner, 0)
 	rec, err := c.b.TryAcquire(context.WithValue(ctx, ledgerID{}, id), k, owner, ttl)
 	c.l.end(id, rec, err)
 	return rec, err
 }
 
 func (c *ledgerClient) Renew(ctx context.Context, in leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
-	_, id := c.l.begin(c.name, leaseapi.OpRenew, in.Key, in.Owner, in.Token)
+	_, id := c.l.begin(c.name, leaseapi.OperationRenew, in.Key, in.Owner, in.Token)
 	rec, err := c.b.Renew(context.WithValue(ctx, ledgerID{}, id), in, ttl)
 	c.l.end(id, rec, err)
 	return rec, err
 }
 
-func (c *ledgerClient) Validate(ctx context.Context, rec leaseapi.Record) error {
-	_, id := c.l.begin(c.name, leaseapi.OpValidate, rec.Key, rec.Owner, rec.Token)
-	err := c.b.Validate(context.WithValue(ctx, ledgerID{}, id), rec)
+func (c *ledgerClient) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
+	_, id := c.l.begin(c.name, leaseapi.OperationValidate, rec.Key, rec.Owner, rec.Token)
+	got, err := c.b.Validate(context.WithValue(ctx, ledgerID{}, id), rec)
 	c.l.end(id, leaseapi.Record{}, err)
-	return err
+	return got, err
 }
 
 func (c *ledgerClient) Release(ctx context.Context, rec leaseapi.Record) error {
-	_, id := c.l.begin(c.name, leaseapi.OpRelease, rec.Key, rec.Owner, rec.Token)
+	_, id := c.l.begin(c.name, leaseapi.OperationRelease, rec.Key, rec.Owner, rec.Token)
 	err := c.b.Release(context.WithValue(ctx, ledgerID{}, id), rec)
 	c.l.end(id, leaseapi.Record{}, err)
 	return err
@@ -321,7 +321,7 @@ func (c *ledgerClient) Inspect(ctx context.Context, k leaseapi.Key) (leaseapi.Re
 	if !ok {
 		return leaseapi.Record{}, false, leaseapi.NewError("inspect", leaseapi.ErrInvalidState, "not supported")
 	}
-	_, id := c.l.begin(c.name, leaseapi.OpInspect, k, "", 0)
+	_, id := c.l.begin(c.name, leaseapi.OperationInspect, k, "", 0)
 	rec, held, err := in.Inspect(context.WithValue(ctx, ledgerID{}, id), k)
 	c.l.end(id, rec, err)
 	return rec, held, err
@@ -341,25 +341,25 @@ type ledgerServer struct {
 
 func (s *ledgerServer) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	rec, err := s.b.TryAcquire(ctx, k, owner, ttl)
-	s.l.applied(ctx, leaseapi.OpTryAcquire, k, owner, 0, rec, err)
+	s.l.applied(ctx, leaseapi.OperationAcquire, k, owner, 0, rec, err)
 	return rec, err
 }
 
 func (s *ledgerServer) Renew(ctx context.Context, in leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	rec, err := s.b.Renew(ctx, in, ttl)
-	s.l.applied(ctx, leaseapi.OpRenew, in.Key, in.Owner, in.Token, rec, err)
+	s.l.applied(ctx, leaseapi.OperationRenew, in.Key, in.Owner, in.Token, rec, err)
 	return rec, err
 }
 
-func (s *ledgerServer) Validate(ctx context.Context, rec leaseapi.Record) error {
-	err := s.b.Validate(ctx, rec)
-	s.l.applied(ctx, leaseapi.OpValidate, rec.Key, rec.Owner, rec.Token, leaseapi.Record{}, err)
-	return err
+func (s *ledgerServer) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
+	got, err := s.b.Validate(ctx, rec)
+	s.l.applied(ctx, leaseapi.OperationValidate, rec.Key, rec.Owner, rec.Token, leaseapi.Record{}, err)
+	return got, err
 }
 
 func (s *ledgerServer) Release(ctx context.Context, rec leaseapi.Record) error {
 	err := s.b.Release(ctx, rec)
-	s.l.applied(ctx, leaseapi.OpRelease, rec.Key, rec.Owner, rec.Token, leaseapi.Record{}, err)
+	s.l.applied(ctx, leaseapi.OperationRelease, rec.Key, rec.Owner, rec.Token, leaseapi.Record{}, err)
 	return err
 }
 
@@ -369,7 +369,7 @@ func (s *ledgerServer) Inspect(ctx context.Context, k leaseapi.Key) (leaseapi.Re
 		return leaseapi.Record{}, false, leaseapi.NewError("inspect", leaseapi.ErrInvalidState, "not supported")
 	}
 	rec, held, err := in.Inspect(ctx, k)
-	s.l.applied(ctx, leaseapi.OpInspect, k, "", 0, rec, err)
+	s.l.applied(ctx, leaseapi.OperationInspect, k, "", 0, rec, err)
 	return rec, held, err
 }
 

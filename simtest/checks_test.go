@@ -42,14 +42,14 @@ func TestLedgerMatchesAmbiguity(t *testing.T) {
 		if got := l.CheckFaultRun(nil); len(got) != 2 {
 			t.Fatalf("C6 on a run without ambiguity: got %v, want two thin-run violations", got)
 		}
-		f.Inject(leaseapi.OpRenew, LoseReply)
+		f.Inject(leaseapi.OperationRenew, LoseReply)
 		ctx, cancel = opCtx(time.Second)
 		_, err = b.Renew(ctx, rec, 10*time.Second)
 		cancel()
 		if leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
 			t.Fatalf("lost reply: got %v", err)
 		}
-		f.Inject(leaseapi.OpRenew, Hang)
+		f.Inject(leaseapi.OperationRenew, Hang)
 		ctx, cancel = opCtx(time.Second)
 		_, err = b.Renew(ctx, rec, 10*time.Second)
 		cancel()
@@ -61,7 +61,7 @@ func TestLedgerMatchesAmbiguity(t *testing.T) {
 			t.Fatalf("C4: got committed %d, not committed %d, %v; want 1, 1, none", c, n, vs)
 		}
 		// A deferred release: ambiguous now, committed once it ran.
-		d.DeferApply(leaseapi.OpRelease, 2*time.Second)
+		d.DeferApply(leaseapi.OperationRelease, 2*time.Second)
 		ctx, cancel = opCtx(time.Second)
 		err = b.Release(ctx, rec)
 		cancel()
@@ -144,7 +144,7 @@ func TestDeferredDelayReply(t *testing.T) {
 	Simulate(t, func(t *testing.T) {
 		l, d, _, b, store := ledgerChain(t)
 		k := leaseapi.MustKey("deferred", "k")
-		d.DelayReply(leaseapi.OpTryAcquire, 300*time.Millisecond)
+		d.DelayReply(leaseapi.OperationAcquire, 300*time.Millisecond)
 		ctx, cancel := opCtx(500 * time.Millisecond)
 		start := time.Now()
 		rec, err := b.TryAcquire(ctx, k, "owner-1", time.Second)
@@ -153,7 +153,7 @@ func TestDeferredDelayReply(t *testing.T) {
 			t.Fatalf("slow reply: got %v after %v", err, time.Since(start))
 		}
 		_ = store.Release(context.Background(), rec)
-		d.DelayReply(leaseapi.OpTryAcquire, time.Hour)
+		d.DelayReply(leaseapi.OperationAcquire, time.Hour)
 		ctx, cancel = opCtx(500 * time.Millisecond)
 		_, err = b.TryAcquire(ctx, k, "owner-2", time.Second)
 		cancel()

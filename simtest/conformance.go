@@ -128,6 +128,28 @@ func acquire(t *testing.T, b leaseapi.Backend, k leaseapi.Key, owner string, ttl
 	return rec
 }
 
+// validate calls b.Validate and checks the record it returns: on success,
+// rec's key, owner and token with the backend's times of the grant, which
+// are those of the latest Renew or TryAcquire that returned rec (Validate
+// changes nothing); on error, the zero Record. It returns Validate's error.
+func validate(t *testing.T, b leaseapi.Backend, ctx context.Context, rec leaseapi.Record) error {
+	t.Helper()
+	got, err := b.Validate(ctx, rec)
+	if err != nil {
+		if got != (leaseapi.Record{}) {
+			t.Fatalf("Validate failed (%v) but returned a record with token %d", err, got.Token)
+		}
+		return err
+	}
+	if got.Key != rec.Key || got.Owner != rec.Owner || got.Token != rec.Token {
+		t.Fatalf("Validate returned another grant: got token %d, want %d", got.Token, rec.Token)
+	}
+	if !got.AcquiredAt.Equal(rec.AcquiredAt) || !got.ExpiresAt.Equal(rec.ExpiresAt) {
+		t.Fatalf("Validate returned times %v..%v, want the grant's %v..%v", got.AcquiredAt, got.ExpiresAt, rec.AcquiredAt, rec.ExpiresAt)
+	}
+	return nil
+}
+
 func wantKind(t *testing.T, what string, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) {
@@ -157,7 +179,7 @@ func testAcquireFree(t *testing.T, h Harness, b leaseapi.Backend) {
 	if got := rec.GrantedTTL(); !ttlClose(got, h.ttl()) {
 		t.Fatalf("ExpiresAt-AcquiredAt: got %v, want %v", got, h.ttl())
 	}
-	if err := b.Validate(t.Context(), rec); err != nil {
+	if err := validate(t, b, t.Context(), rec); err != nil {
 		t.Fatalf("Validate fresh grant: got %v, want nil", err)
 	}
 }
@@ -209,10 +231,10 @@ func testTokensPerKey(t *testing.T, h Harness, b leaseapi.Backend) {
 	k1, k2 := key(t, "per-key/one"), key(t, "per-key/two")
 	r1 := acquire(t, b, k1, ownerA, h.ttl())
 	r2 := acquire(t, b, k2, ownerA, h.ttl())
-	if err := b.Validate(t.Context(), r1); err != nil {
+	if err := validate(t, b, t.Context(), r1); err != nil {
 		t.Fatalf("Validate first key: got %v, want nil", err)
 	}
-	if err := b.Validate(t.Context(), r2); err != nil {
+	if err := validate(t, b, t.Context(), r2); err != nil {
 		t.Fatalf("Validate second key: got %v, want nil", err)
 	}
 	// A record of one key never validates another.
@@ -222,7 +244,7 @@ func testTokensPerKey(t *testing.T, h Harness, b leaseapi.Backend) {
 		cross.Token = r2.Token
 	}
 	cross.Owner = ownerB
-	wantKind(t, "Validate with the other key's token and another owner", b.Validate(t.Context(), cross), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate with the other key's token and another owner", validate(t, b, t.Context(), cross), leaseapi.ErrStaleOwner)
 }
 
 func testRenewExtends(t *testing.T, h Harness, b leaseapi.Backend) {
@@ -245,7 +267,7 @@ func testRenewExtends(t *testing.T, h Harness, b leaseapi.Backend) {
 	}
 	// The renewal outlives the original expiry.
 	pass(h.ttl()/2 + h.slack())
-	if err := b.Validate(t.Context(), got); err != nil {
+	if err := validate(t, b, t.Context(), got); err != nil {
 		t.Fatalf("Validate after the original TTL: got %v, want nil", err)
 	}
 }
@@ -271,7 +293,7 @@ func testRenewStale(t *testing.T, h Harness, b leaseapi.Backend) {
 	next := acquire(t, b, k, ownerB, h.ttl())
 	_, err = b.Renew(t.Context(), rec, h.ttl())
 	wantKind(t, "Renew of a replaced grant", err, leaseapi.ErrStaleOwner)
-	if err := b.Validate(t.Context(), next); err != nil {
+	if err := validate(t, b, t.Context(), next); err != nil {
 		t.Fatalf("the new holder after a stale renew: got %v, want nil", err)
 	}
 }
@@ -288,11 +310,11 @@ func testValidateDoesNotExtend(t *testing.T, h Harness, b leaseapi.Backend) {
 	k := key(t, "validate-no-extend")
 	rec := acquire(t, b, k, ownerA, h.ttl())
 	pass(h.ttl() / 2)
-	if err := b.Validate(t.Context(), rec); err != nil {
+	if err := validate(t, b, t.Context(), rec); err != nil {
 		t.Fatalf("Validate: got %v, want nil", err)
 	}
 	pass(h.ttl()/2 + h.slack())
-	wantKind(t, "Validate after expiry", b.Validate(t.Context(), rec), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate after expiry", validate(t, b, t.Context(), rec), leaseapi.ErrStaleOwner)
 }
 
 func testValidateStale(t *testing.T, h Harness, b leaseapi.Backend) {
@@ -300,13 +322,13 @@ func testValidateStale(t *testing.T, h Harness, b leaseapi.Backend) {
 	rec := acquire(t, b, k, ownerA, h.ttl())
 	bad := rec
 	bad.Owner = ownerB
-	wantKind(t, "Validate with another owner", b.Validate(t.Context(), bad), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate with another owner", validate(t, b, t.Context(), bad), leaseapi.ErrStaleOwner)
 	bad = rec
 	bad.Token++
-	wantKind(t, "Validate with another token", b.Validate(t.Context(), bad), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate with another token", validate(t, b, t.Context(), bad), leaseapi.ErrStaleOwner)
 	never := rec
 	never.Key = key(t, "validate-stale-never-acquired")
-	wantKind(t, "Validate of a key never acquired", b.Validate(t.Context(), never), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate of a key never acquired", validate(t, b, t.Context(), never), leaseapi.ErrStaleOwner)
 }
 
 func testReleaseIdempotent(t *testing.T, h Harness, b leaseapi.Backend) {
@@ -317,7 +339,7 @@ func testReleaseIdempotent(t *testing.T, h Harness, b leaseapi.Backend) {
 			t.Fatalf("Release #%d: got %v, want nil", i+1, err)
 		}
 	}
-	wantKind(t, "Validate after release", b.Validate(t.Context(), rec), leaseapi.ErrStaleOwner)
+	wantKind(t, "Validate after release", validate(t, b, t.Context(), rec), leaseapi.ErrStaleOwner)
 	next := acquire(t, b, k, ownerB, h.ttl())
 	if next.Token <= rec.Token {
 		t.Fatalf("token after release: got %d, want > %d", next.Token, rec.Token)
@@ -330,7 +352,7 @@ func testReleaseStaleKeepsNewHolder(t *testing.T, h Harness, b leaseapi.Backend)
 	pass(h.ttl() + h.slack())
 	next := acquire(t, b, k, ownerB, h.ttl())
 	wantKind(t, "Release of a replaced grant", b.Release(t.Context(), old), leaseapi.ErrStaleOwner)
-	if err := b.Validate(t.Context(), next); err != nil {
+	if err := validate(t, b, t.Context(), next); err != nil {
 		t.Fatalf("new holder after a stale release: got %v, want nil", err)
 	}
 	_, err := b.TryAcquire(t.Context(), k, ownerA, h.ttl())
@@ -355,7 +377,7 @@ func testReleaseWrongOwner(t *testing.T, h Harness, b leaseapi.Backend) {
 	bad = rec
 	bad.Token++
 	wantKind(t, "Release with a future token", b.Release(t.Context(), bad), leaseapi.ErrStaleOwner)
-	if err := b.Validate(t.Context(), rec); err != nil {
+	if err := validate(t, b, t.Context(), rec); err != nil {
 		t.Fatalf("holder after refused releases: got %v, want nil", err)
 	}
 }
@@ -409,12 +431,12 @@ func testBadInput(t *testing.T, h Harness, b leaseapi.Backend) {
 	} {
 		_, err := b.Renew(ctx, tc.rec, h.ttl())
 		wantKind(t, "Renew with "+tc.name, err, leaseapi.ErrInvalidState)
-		wantKind(t, "Validate with "+tc.name, b.Validate(ctx, tc.rec), leaseapi.ErrInvalidState)
+		wantKind(t, "Validate with "+tc.name, validate(t, b, ctx, tc.rec), leaseapi.ErrInvalidState)
 		wantKind(t, "Release with "+tc.name, b.Release(ctx, tc.rec), leaseapi.ErrInvalidState)
 	}
 	_, err := b.Renew(ctx, rec, 0)
 	wantKind(t, "Renew with zero ttl", err, leaseapi.ErrInvalidState)
-	if err := b.Validate(ctx, rec); err != nil {
+	if err := validate(t, b, ctx, rec); err != nil {
 		t.Fatalf("holder after refused calls: got %v, want nil", err)
 	}
 }
@@ -431,9 +453,9 @@ func testCanceledContext(t *testing.T, h Harness, b leaseapi.Backend) {
 	rec := acquire(t, b, k, ownerB, h.ttl())
 	_, err = b.Renew(ctx, rec, h.ttl())
 	wantKind(t, "Renew with a canceled context", err, leaseapi.ErrCanceled)
-	wantKind(t, "Validate with a canceled context", b.Validate(ctx, rec), leaseapi.ErrCanceled)
+	wantKind(t, "Validate with a canceled context", validate(t, b, ctx, rec), leaseapi.ErrCanceled)
 	wantKind(t, "Release with a canceled context", b.Release(ctx, rec), leaseapi.ErrCanceled)
-	if err := b.Validate(t.Context(), rec); err != nil {
+	if err := validate(t, b, t.Context(), rec); err != nil {
 		t.Fatalf("holder after canceled calls: got %v, want nil", err)
 	}
 }
@@ -480,7 +502,7 @@ func testErrorsRedacted(t *testing.T, h Harness, b leaseapi.Backend) {
 	_, err := b.TryAcquire(t.Context(), k, "another-secret-owner", h.ttl())
 	errs = append(errs, err)
 	_, err = b.Renew(t.Context(), other, h.ttl())
-	errs = append(errs, err, b.Validate(t.Context(), other), b.Release(t.Context(), other))
+	errs = append(errs, err, validate(t, b, t.Context(), other), b.Release(t.Context(), other))
 	_, err = b.TryAcquire(t.Context(), k, "bad\x01owner", h.ttl())
 	errs = append(errs, err)
 	for _, err := range errs {

@@ -153,7 +153,7 @@ func (d *Deferred) do(ctx context.Context, op leaseapi.Operation, mutation bool,
 // TryAcquire implements leaseapi.Backend.
 func (d *Deferred) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	var rec leaseapi.Record
-	err := d.do(ctx, leaseapi.OpTryAcquire, true, func(ctx context.Context) error {
+	err := d.do(ctx, leaseapi.OperationAcquire, true, func(ctx context.Context) error {
 		r, err := d.b.TryAcquire(ctx, k, owner, ttl)
 		rec = r
 		return err
@@ -167,7 +167,7 @@ func (d *Deferred) TryAcquire(ctx context.Context, k leaseapi.Key, owner string,
 // Renew implements leaseapi.Backend.
 func (d *Deferred) Renew(ctx context.Context, in leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	var rec leaseapi.Record
-	err := d.do(ctx, leaseapi.OpRenew, true, func(ctx context.Context) error {
+	err := d.do(ctx, leaseapi.OperationRenew, true, func(ctx context.Context) error {
 		r, err := d.b.Renew(ctx, in, ttl)
 		rec = r
 		return err
@@ -179,13 +179,22 @@ func (d *Deferred) Renew(ctx context.Context, in leaseapi.Record, ttl time.Durat
 }
 
 // Validate implements leaseapi.Backend.
-func (d *Deferred) Validate(ctx context.Context, rec leaseapi.Record) error {
-	return d.do(ctx, leaseapi.OpValidate, false, func(ctx context.Context) error { return d.b.Validate(ctx, rec) })
+func (d *Deferred) Validate(ctx context.Context, in leaseapi.Record) (leaseapi.Record, error) {
+	var rec leaseapi.Record
+	err := d.do(ctx, leaseapi.OperationValidate, false, func(ctx context.Context) error {
+		r, err := d.b.Validate(ctx, in)
+		rec = r
+		return err
+	})
+	if err != nil {
+		return leaseapi.Record{}, err
+	}
+	return rec, nil
 }
 
 // Release implements leaseapi.Backend.
 func (d *Deferred) Release(ctx context.Context, rec leaseapi.Record) error {
-	return d.do(ctx, leaseapi.OpRelease, true, func(ctx context.Context) error { return d.b.Release(ctx, rec) })
+	return d.do(ctx, leaseapi.OperationRelease, true, func(ctx context.Context) error { return d.b.Release(ctx, rec) })
 }
 
 // Inspect implements leaseapi.Inspector when the wrapped backend does.
@@ -196,7 +205,7 @@ func (d *Deferred) Inspect(ctx context.Context, k leaseapi.Key) (rec leaseapi.Re
 	}
 	var r leaseapi.Record
 	var h bool
-	err = d.do(ctx, leaseapi.OpInspect, false, func(ctx context.Context) error {
+	err = d.do(ctx, leaseapi.OperationInspect, false, func(ctx context.Context) error {
 		var err error
 		r, h, err = in.Inspect(ctx, k)
 		return err

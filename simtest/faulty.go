@@ -168,7 +168,7 @@ func (f *Faulty) do(ctx context.Context, op leaseapi.Operation, mutation bool, a
 
 // TryAcquire implements leaseapi.Backend.
 func (f *Faulty) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (rec leaseapi.Record, err error) {
-	err = f.do(ctx, leaseapi.OpTryAcquire, true, func() error {
+	err = f.do(ctx, leaseapi.OperationAcquire, true, func() error {
 		rec, err = f.b.TryAcquire(context.WithoutCancel(ctx), k, owner, ttl)
 		return err
 	})
@@ -180,7 +180,7 @@ func (f *Faulty) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, t
 
 // Renew implements leaseapi.Backend.
 func (f *Faulty) Renew(ctx context.Context, in leaseapi.Record, ttl time.Duration) (rec leaseapi.Record, err error) {
-	err = f.do(ctx, leaseapi.OpRenew, true, func() error {
+	err = f.do(ctx, leaseapi.OperationRenew, true, func() error {
 		rec, err = f.b.Renew(context.WithoutCancel(ctx), in, ttl)
 		return err
 	})
@@ -191,15 +191,20 @@ func (f *Faulty) Renew(ctx context.Context, in leaseapi.Record, ttl time.Duratio
 }
 
 // Validate implements leaseapi.Backend.
-func (f *Faulty) Validate(ctx context.Context, rec leaseapi.Record) error {
-	return f.do(ctx, leaseapi.OpValidate, false, func() error {
-		return f.b.Validate(context.WithoutCancel(ctx), rec)
+func (f *Faulty) Validate(ctx context.Context, in leaseapi.Record) (rec leaseapi.Record, err error) {
+	err = f.do(ctx, leaseapi.OperationValidate, false, func() error {
+		rec, err = f.b.Validate(context.WithoutCancel(ctx), in)
+		return err
 	})
+	if err != nil {
+		return leaseapi.Record{}, err
+	}
+	return rec, nil
 }
 
 // Release implements leaseapi.Backend.
 func (f *Faulty) Release(ctx context.Context, rec leaseapi.Record) error {
-	return f.do(ctx, leaseapi.OpRelease, true, func() error {
+	return f.do(ctx, leaseapi.OperationRelease, true, func() error {
 		return f.b.Release(context.WithoutCancel(ctx), rec)
 	})
 }
@@ -210,7 +215,7 @@ func (f *Faulty) Inspect(ctx context.Context, k leaseapi.Key) (rec leaseapi.Reco
 	if !ok {
 		return leaseapi.Record{}, false, leaseapi.NewError("inspect", leaseapi.ErrInvalidState, "not supported")
 	}
-	err = f.do(ctx, leaseapi.OpInspect, false, func() error {
+	err = f.do(ctx, leaseapi.OperationInspect, false, func() error {
 		rec, held, err = in.Inspect(context.WithoutCancel(ctx), k)
 		return err
 	})

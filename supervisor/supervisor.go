@@ -28,7 +28,7 @@ type View struct {
 	RecvAt time.Time
 	// Deadline is the local instant from which admission is denied: the
 	// send time of the last trusted grant + min(TTL, granted TTL) -
-	// SafetyMargin. It equals SafeDeadline(SentAt) unless the last renewal
+	// SafetyMargin. It equals LocalDeadline(SentAt) unless the last renewal
 	// was distrusted for clock skew (then it is the earlier one).
 	Deadline time.Time
 	// Err is why the lease is Uncertain or terminal (nil when Active or
@@ -165,7 +165,7 @@ func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 		State:      leaseapi.StateActive,
 		SentAt:     g.SentAt,
 		RecvAt:     g.RecvAt,
-		Deadline:   g.Record.SafeDeadline(g.SentAt, p),
+		Deadline:   g.Record.LocalDeadline(g.SentAt, p),
 	}
 	s.view.Store(v)
 	go s.run()

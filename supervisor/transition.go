@@ -120,7 +120,7 @@ func transition(next *View, ev event, out *outcome, now time.Time, p *leaseapi.P
 				next.Err = errSkew
 				return next.Err
 			}
-			next.Deadline = out.rec.SafeDeadline(out.sentAt, *p)
+			next.Deadline = out.rec.LocalDeadline(out.sentAt, *p)
 		}
 		if !now.Before(next.Deadline) {
 			expire(next)

@@ -140,18 +140,19 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 }
 
 // Validate implements [leaseapi.Backend].
-func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+// It returns the stored record of rec's grant.
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[rec.Key]
 	if e == nil || !e.matches(rec) || !e.live(s.clk.Now()) {
-		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	return nil
+	return e.record(rec.Key), nil
 }
 
 // Release implements [leaseapi.Backend].

@@ -123,7 +123,7 @@ func TestFaultCutAfterRequest(t *testing.T) {
 	wantKind(t, "Renew cut after send", err, leaseapi.ErrAmbiguousOutcome)
 	waitCut(t, cut)
 	warm()
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate after an ambiguous renew: got %v, want nil", err)
 	}
 }
@@ -154,7 +154,7 @@ func TestFaultBlackhole(t *testing.T) {
 			_, err := s.TryAcquire(ctx, leaseapi.MustKey("blackhole", "other"), "owner", time.Minute)
 			return err
 		}, []error{leaseapi.ErrAmbiguousOutcome, leaseapi.ErrTimeout}},
-		{"Validate", func(ctx context.Context) error { return s.Validate(ctx, rec) }, []error{leaseapi.ErrTimeout, leaseapi.ErrBackendUnavailable}},
+		{"Validate", func(ctx context.Context) error { _, err := s.Validate(ctx, rec); return err }, []error{leaseapi.ErrTimeout, leaseapi.ErrBackendUnavailable}},
 		{"Release", func(ctx context.Context) error { return s.Release(ctx, rec) }, []error{leaseapi.ErrAmbiguousOutcome, leaseapi.ErrTimeout}},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
@@ -181,7 +181,7 @@ func TestFaultBlackhole(t *testing.T) {
 	for range 10 {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		start := time.Now()
-		last = s.Validate(ctx, rec)
+		_, last = s.Validate(ctx, rec)
 		cancel()
 		t.Logf("recovery Validate: %v after %v", last, time.Since(start))
 		if last == nil {
@@ -236,7 +236,7 @@ func TestFaultTerminateBackend(t *testing.T) {
 	waitWake("before terminate")
 	// The listener may have hijacked the pool's only connection: make sure
 	// the pool has one of its own again.
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 
@@ -249,13 +249,13 @@ func TestFaultTerminateBackend(t *testing.T) {
 	}
 	var errs []error
 	for range 10 {
-		err := s.Validate(ctx, rec)
+		_, err := s.Validate(ctx, rec)
 		if err == nil {
 			break
 		}
 		errs = append(errs, err)
 	}
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate after terminate: still failing: %v (earlier: %v)", err, errs)
 	}
 	for _, err := range errs {
@@ -300,7 +300,7 @@ func TestFaultStatementTimeout(t *testing.T) {
 	res := s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: time.Minute}})
 	wantKind(t, "RenewBatch canceled by statement_timeout", res[0].Err, leaseapi.ErrAmbiguousOutcome)
 	// The read path is not blocked by the row lock.
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate during the lock: got %v, want nil", err)
 	}
 	if err := blocker.Rollback(ctx); err != nil {

@@ -99,7 +99,7 @@ func TestMigrateConcurrent(t *testing.T) {
 	if !appliedAfter.Equal(appliedBefore) {
 		t.Fatalf("re-run applied something: applied_at %v, want %v", appliedAfter, appliedBefore)
 	}
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("grant after re-run: got %v, want nil", err)
 	}
 }

@@ -181,8 +181,9 @@ u AS (
 SELECT u.acquired_at, u.expires_at, coalesce((SELECT NOT ok FROM gate), false)
 FROM (VALUES (1)) AS one (x) LEFT JOIN u ON true`, t, inTime("$5")),
 
-		validate: fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s
-WHERE key = $1::text AND owner = $2::text AND token = $3::bigint AND expires_at > clock_timestamp())`, t),
+		// validate returns one row: the live grant's times, or NULLs.
+		validate: fmt.Sprintf(`SELECT l.acquired_at, l.expires_at FROM (VALUES (1)) AS one (x)
+LEFT JOIN %[1]s AS l ON l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > clock_timestamp()`, t),
 
 		// cur locks the key's row and reads its newest version; r releases
 		// it if owner and token match; n notifies (delivered at commit).
@@ -437,32 +438,34 @@ func renewResult(op string, rec leaseapi.Record, acq, exp pgtype.Timestamptz, la
 	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 }
 
-// Validate implements [leaseapi.Backend] with one read. It changes nothing;
+// Validate implements [leaseapi.Backend] with one read: the row's times if
+// rec is the key's live grant, else leaseapi.ErrStaleOwner. It changes nothing;
 // a failure is leaseapi.ErrBackendUnavailable (or the context's error).
-func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
 	if err := s.ready(op); err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	if !storable(rec.Token) {
-		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	c, err := s.conn(ctx, op)
 	if err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	defer c.Release()
-	var live bool
-	if err := c.QueryRow(ctx, s.q.validate, rec.Key.String(), rec.Owner, int64(rec.Token)).Scan(&live); err != nil {
-		return leaseapi.Wrap(classify(err, false), op)
+	var acq, exp pgtype.Timestamptz
+	if err := c.QueryRow(ctx, s.q.validate, rec.Key.String(), rec.Owner, int64(rec.Token)).Scan(&acq, &exp); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(err, false), op)
 	}
-	if !live {
-		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	if !finite(acq) || !finite(exp) {
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	return nil
+	rec.AcquiredAt, rec.ExpiresAt = acq.Time, exp.Time
+	return rec, nil
 }
 
 // Release implements [leaseapi.Backend] with one statement that locks the

@@ -45,7 +45,7 @@ func proxied(t *testing.T, addr string) (p *faultproxy.Proxy, viaProxy, direct *
 	if rec, err = viaProxy.Renew(t.Context(), rec, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := viaProxy.Validate(t.Context(), rec); err != nil {
+	if _, err := viaProxy.Validate(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := viaProxy.Inspect(t.Context(), warm); err != nil {
@@ -135,7 +135,7 @@ func TestFaultReplyLostAfterCommit(t *testing.T) {
 	rec = acquireOK(t, direct, k)
 	healthy(t, s, k)
 	done = p.CutAfterRequest()
-	err = s.Validate(ctx, rec)
+	_, err = s.Validate(ctx, rec)
 	<-done
 	wantKind(t, "Validate with its reply lost", err, leaseapi.ErrBackendUnavailable)
 }
@@ -193,7 +193,7 @@ func TestFaultBlackholeIsBoundedByContext(t *testing.T) {
 			ck, _ := s.CacheKey(k, "c")
 			return s.Guard(ctx, rec, ck, "v", 0)
 		})
-		call("Validate", leaseapi.ErrBackendUnavailable, func(ctx context.Context) error { return s.Validate(ctx, rec) })
+		call("Validate", leaseapi.ErrBackendUnavailable, func(ctx context.Context) error { _, err := s.Validate(ctx, rec); return err })
 		call("Inspect", leaseapi.ErrBackendUnavailable, func(ctx context.Context) error {
 			_, _, err := s.Inspect(ctx, k)
 			return err
@@ -203,7 +203,7 @@ func TestFaultBlackholeIsBoundedByContext(t *testing.T) {
 		})
 	}
 	p.Pass()
-	eventually(t, "Validate after healing", func() error { return s.Validate(t.Context(), rec) })
+	eventually(t, "Validate after healing", func() error { _, err := s.Validate(t.Context(), rec); return err })
 }
 
 func TestFaultClientPauseFailsClosed(t *testing.T) {
@@ -227,11 +227,12 @@ func TestFaultClientPauseFailsClosed(t *testing.T) {
 	}
 	wantKind(t, "Renew during CLIENT PAUSE", err, leaseapi.ErrAmbiguousOutcome)
 	ctx, cancel = context.WithTimeout(t.Context(), 150*time.Millisecond)
-	wantKind(t, "Validate during CLIENT PAUSE", s.Validate(ctx, rec), leaseapi.ErrBackendUnavailable)
+	_, err = s.Validate(ctx, rec)
+	wantKind(t, "Validate during CLIENT PAUSE", err, leaseapi.ErrBackendUnavailable)
 	cancel()
 	// After the pause the server runs what it queued: the lease is still
 	// the acquirer's, and the client recovers.
-	eventually(t, "Validate after the pause", func() error { return s.Validate(t.Context(), rec) })
+	eventually(t, "Validate after the pause", func() error { _, err := s.Validate(t.Context(), rec); return err })
 }
 
 func TestRestartKeepsTokensWithAppendOnly(t *testing.T) {
@@ -293,7 +294,7 @@ func TestRestartKeepsTokensWithAppendOnly(t *testing.T) {
 	if rec.Token <= last.Token {
 		t.Fatalf("token after restart: got %d, want > %d", rec.Token, last.Token)
 	}
-	if err := s.Validate(ctx, held); err != nil {
+	if _, err := s.Validate(ctx, held); err != nil {
 		t.Fatalf("held lease after restart: %v", err)
 	}
 	// The batched path falls back from EVALSHA too.
@@ -393,7 +394,7 @@ func TestOutOfMemoryWritesNothing(t *testing.T) {
 	ck, _ := s.CacheKey(k, "c")
 	wantKind(t, "Guard out of memory", s.Guard(ctx, rec, ck, "v", 0), leaseapi.ErrBackendUnavailable)
 	wantKind(t, "Release out of memory", s.Release(ctx, rec), leaseapi.ErrBackendUnavailable)
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate out of memory: got %v, want nil", err)
 	}
 	if got, held, err := s.Inspect(ctx, leaseapi.MustKey("ns", "oom-other")); err != nil || held || got.Token != 0 {

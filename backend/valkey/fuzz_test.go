@@ -75,7 +75,7 @@ func FuzzGrant(f *testing.F) {
 		}
 		if !rec.ExpiresAt.After(rec.AcquiredAt) {
 			// grant must reject an interval that does not end after it
-			// starts (past ~292 years of span, SafeDeadline once wrapped
+			// starts (past ~292 years of span, LocalDeadline once wrapped
 			// around and handed out a 292-year Active handle).
 			t.Errorf("grant(%v) accepted ExpiresAt %v not after AcquiredAt %v", vals, rec.ExpiresAt, rec.AcquiredAt)
 		}

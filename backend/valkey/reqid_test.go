@@ -153,7 +153,7 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 		}, leaseapi.ErrAmbiguousOutcome},
 		{"Release", []int64{1}, func() error { return s.Release(ctx, rec) }, leaseapi.ErrAmbiguousOutcome},
 		{"Guard", []int64{1}, func() error { return s.Guard(ctx, rec, cacheKey, "v", 0) }, leaseapi.ErrAmbiguousOutcome},
-		{"Validate", []int64{1}, func() error { return s.Validate(ctx, rec) }, leaseapi.ErrBackendUnavailable},
+		{"Validate", []int64{1, now, exp}, func() error { _, err := s.Validate(ctx, rec); return err }, leaseapi.ErrBackendUnavailable},
 		{"Inspect", []int64{5, 9}, func() error {
 			got, held, err := s.Inspect(ctx, key)
 			if err == nil && (held || got.Token != 9) {

@@ -134,13 +134,13 @@ return out
 `)
 
 // srcValidate: KEYS lease; ARGV owner, token, id. Writes nothing.
-// Returns {statusOK} or {statusStale}.
+// Returns {statusOK, acquired, expires} or {statusStale}.
 var srcValidate = wrap("#!lua flags=no-writes", luaNow+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
+local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires', 'acquired')
 if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
   return {3}
 end
-return {1}
+return {1, tonumber(h[4]), tonumber(h[3])}
 `)
 
 // srcRelease: KEYS lease, token; ARGV owner, token, channel, message, id.

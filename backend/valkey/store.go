@@ -425,28 +425,30 @@ func (s *Store) decodeRenew(res vk.ValkeyResult, id int64, rec leaseapi.Record, 
 	return renewResult(vals, rec, op)
 }
 
-// Validate implements [leaseapi.Backend]: nil if rec is the key's live grant
-// by server time, else [leaseapi.ErrStaleOwner]. It writes nothing; a failed
+// Validate implements [leaseapi.Backend]: the stored record (rec with the
+// server's acquired and expiry times) if rec is the key's live grant by
+// server time, else [leaseapi.ErrStaleOwner]. It writes nothing; a failed
 // call is [leaseapi.ErrBackendUnavailable]. It is sent to the primary (not
 // to a replica, which could lag behind a release).
-func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	lk, _ := s.Keys(rec.Key)
 	id, ida := newRequestID()
 	vals, err := ints(scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), ida}), id, op, false)
 	if err != nil {
-		return err
+		return leaseapi.Record{}, err
 	}
 	switch {
-	case len(vals) == 1 && vals[0] == statusOK:
-		return nil
+	case len(vals) == 3 && vals[0] == statusOK && vals[2] > vals[1]:
+		rec.AcquiredAt, rec.ExpiresAt = time.UnixMicro(vals[1]), time.UnixMicro(vals[2])
+		return rec, nil
 	case len(vals) == 1 && vals[0] == statusStale:
-		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	return protocolError(op, false)
+	return leaseapi.Record{}, protocolError(op, false)
 }
 
 // Release implements [leaseapi.Backend]: one script deletes rec's grant if

@@ -70,9 +70,9 @@ func (n *network) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Durat
 	return n.Backend.Renew(ctx, rec, ttl)
 }
 
-func (n *network) Validate(ctx context.Context, rec leaseapi.Record) error {
+func (n *network) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	if n.crashed.Load() {
-		return errDown
+		return leaseapi.Record{}, errDown
 	}
 	return n.Backend.Validate(ctx, rec)
 }

@@ -95,7 +95,7 @@ func TestForEachReal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire in a fresh namespace: %v", err)
 		}
-		if err := b.Validate(ctx, rec); err != nil {
+		if _, err := b.Validate(ctx, rec); err != nil {
 			t.Errorf("Validate through a second store: %v; want the lease held", err)
 		}
 		if _, err := b.TryAcquire(ctx, key, "owner-b", 10*time.Second); err == nil {
