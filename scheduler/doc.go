@@ -15,6 +15,24 @@
 // same slots from its own clock: [Every] aligns slots to the Unix epoch, so
 // no coordination is needed to agree on them.
 //
+// # Time zones
+//
+// Slots are instants, and the scheduler hands every Schedule its instant
+// in UTC (or in Job.Location when the job names one), never in the
+// server's local time zone: a "daily at 09:00" schedule that reads t's
+// wall clock means 09:00Z on every server, whether its time.Local is UTC or
+// New York, so the fleet agrees on one slot instead of running the job at
+// 09:00Z and again at 14:00Z. Name a Location (the same on every server)
+// to mean 09:00 there, daylight saving time included.
+//
+// # Minimum interval
+//
+// [Every] rejects intervals below [MinInterval] (10 ms) at Add, and slots of
+// any schedule closer than MinInterval to the previous one are skipped:
+// each slot costs backend round trips to claim and release and leaves a
+// key on the backend, so a 1 ns interval would claim slots as fast as the
+// backend answers and fill it with keys.
+//
 // # How a slot is claimed, and why it runs once
 //
 // Each slot has its own lease key, "<namespace>/<job>/slot/<slot unix
@@ -90,15 +108,21 @@
 //
 // # Failure handling
 //
-// A claim without a reliable outcome (backend unavailable, ambiguous) is
-// retried every Policy.Retry until Policy.Wait after the slot's time, then
-// reported as [Failed]; a claim that did get token 1 but could not be used
+// A claim without a reliable outcome (backend unavailable, ambiguous, or a
+// misconfigured backend: a wrong password, a missing schema) is reported
+// as [Retrying] with its error at each attempt, retried every Policy.Retry
+// until Policy.Wait after the slot's time, then reported as [Failed]:
+// nothing is retried silently; a claim that did get token 1 but could not be used
 // (its reply was lost and could not be resolved, or it arrived after its
 // deadline) leaves the slot unrun: at most once wins over exactly once.
 // A run whose lease is lost has its ctx canceled with the loss as cause,
 // and a job that returns nil after a loss is reported with an ErrLost
-// error. Every outcome is reported through Options.OnEvent; the package
-// never logs.
+// error. A lease whose release failed after its slot is reported in
+// Event.ReleaseErr (and by Stop when Stop ended the run); it ends at its
+// TTL. A panic in the job, in Schedule.Next (which ends the job: a schedule
+// that broke is not trusted for another slot) or in Options.OnEvent is
+// recovered and reported as a [PanicError]. Every outcome is reported
+// through Options.OnEvent; the package never logs.
 //
 // # What this package does not do
 //

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,14 @@ type Job struct {
 	Schedule Schedule
 	// Mode is OnOneServer or NonOverlap.
 	Mode Mode
+	// Location is the time zone the scheduler passes to Schedule.Next: nil
+	// means UTC, whatever the server's local time zone (time.Local). A
+	// schedule that computes wall-clock slots ("every day at 09:00") from
+	// t's location therefore picks the same instants on every server of a
+	// fleet, wherever each server thinks it is; name a location to have
+	// 09:00 mean 09:00 there. Every server must add the job with the same
+	// Location. [Every]'s slots do not depend on it.
+	Location *time.Location
 	// Policy is the lease policy of the job's leases. Its Wait bounds how
 	// long after a slot's time a server keeps retrying a claim that failed
 	// for lack of a reliable backend answer (zero: one attempt).
@@ -92,8 +101,15 @@ const (
 	// before it woke up; it did not try to claim it.
 	Missed
 	// Failed: the claim had no reliable outcome (Event.Err says why); the
-	// slot was not run here.
+	// slot was not run here. Also reported, with a *PanicError, when the
+	// job's Schedule.Next panicked (the job then ends: no further slot)
+	// or when Options.OnEvent panicked.
 	Failed
+	// Retrying: one claim attempt had no reliable outcome (Event.Err says
+	// why: a backend unavailable, misconfigured or ambiguous) and is
+	// retried after Policy.Retry, within Policy.Wait of the slot. The
+	// slot's final outcome is reported after it.
+	Retrying
 )
 
 // String names the outcome.
@@ -109,6 +125,8 @@ func (o Outcome) String() string {
 		return "missed"
 	case Failed:
 		return "failed"
+	case Retrying:
+		return "retrying"
 	}
 	return "invalid"
 }
@@ -124,8 +142,15 @@ type Event struct {
 	Outcome Outcome
 	// Token is the run's fencing token (Ran only).
 	Token leaseapi.Token
-	// Err is the job's error (Ran) or the claim's error (Failed).
+	// Err is the job's error (Ran) or the claim's error (Failed, Retrying).
 	Err error
+	// ReleaseErr is the error of the first release of this slot's leases
+	// that failed (the run's lease after the run, a slot lease given back),
+	// nil when every lease taken for the slot was released.
+	// ErrBackendUnavailable: the lease is still held; ErrAmbiguousOutcome:
+	// it may be. Such a lease ends at its TTL; until then a NonOverlap job
+	// is Busy everywhere.
+	ReleaseErr error
 	// At is the local time of the event.
 	At time.Time
 }
@@ -140,21 +165,30 @@ type Options struct {
 	// key namespace). Empty means DefaultKeyNamespace. Every server of a
 	// fleet must use the same one.
 	KeyNamespace string
-	// OnEvent, if set, is called once per slot this server considered, on
-	// the job's goroutine, after the run (if any) has ended. It must not
-	// block for long: the job's next slot waits for it.
+	// OnEvent, if set, is called once per slot this server considered (and
+	// before that once per claim attempt that is retried), on the job's
+	// goroutine, after the run (if any) has ended and its lease was
+	// released. It must not block for long: the job's next slot waits for
+	// it. A panic in it is recovered and reported once more to OnEvent as
+	// a Failed event whose Err is a *PanicError (a panic in that call is
+	// dropped); the job goes on.
 	OnEvent func(Event)
 }
 
 // job is an added Job with its keys' prefix.
 type job struct {
 	Job
-	runKey leaseapi.Key // NonOverlap: the job's lease
+	runKey leaseapi.Key   // NonOverlap: the job's lease
+	loc    *time.Location // Job.Location, or UTC
+	// broken is set when Schedule.Next panicked: the job ends and Next is
+	// not called again. Only the job's goroutine touches it.
+	broken bool
 }
 
 // Scheduler runs jobs on schedules, coordinating the servers of a fleet
 // through leases on one backend. Build it with [New], add jobs, Start,
-// Stop. It is safe for concurrent use. It does not own the client: close
+// Stop. It is safe for concurrent use. The zero Scheduler (and a nil
+// *Scheduler) is not usable: its methods return ErrInvalidState. It does not own the client: close
 // the client after Stop. A client closed under a running Scheduler fails
 // every claim (Failed events matching ErrInvalidState) until Stop.
 type Scheduler struct {
@@ -163,12 +197,15 @@ type Scheduler struct {
 	ns      string
 	onEvent func(Event)
 
-	// mu guards jobs, names and cancel, and orders Add, Start and Stop
-	// with life's state changes.
+	// mu guards jobs, names, cancel and stopErrs, and orders Add, Start
+	// and Stop with life's state changes.
 	mu     sync.Mutex
 	jobs   []*job
 	names  map[string]struct{}
 	cancel context.CancelFunc
+	// stopErrs are the release failures of runs that Stop ended; Stop
+	// returns them.
+	stopErrs []error
 	// life runs the job goroutines; Stop waits on the channel it returns.
 	life lifecycle.Life
 }
@@ -194,13 +231,26 @@ func New(client *runtime.Client, o Options) (*Scheduler, error) {
 	return &Scheduler{c: client, clk: clk, ns: ns, onEvent: o.OnEvent, names: map[string]struct{}{}}, nil
 }
 
+// built reports whether s was made by New.
+func (s *Scheduler) built() bool { return s != nil && s.c != nil }
+
+func errNotBuilt(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "scheduler not built by New")
+}
+
 // Add adds a job. It must be called before Start. Errors (all
 // ErrInvalidState): an empty, too long or malformed name, a duplicate
-// name, a nil or exhausted schedule, an invalid mode, the zero policy, a
-// nil Run, or a scheduler already started or stopped.
+// name, a nil or exhausted schedule, an interval below [MinInterval] or
+// above [MaxInterval], a schedule whose first two slots are less than
+// MinInterval apart or whose Next panics, an invalid mode, the zero
+// policy, a nil Run, a scheduler already started or stopped, or one not
+// built by New.
 func (s *Scheduler) Add(j Job) error {
 	const op = "add job"
 	bad := func(detail string) error { return leaseapi.NewError(op, leaseapi.ErrInvalidState, detail) }
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	switch {
 	case j.Name == "" || len(j.Name) > MaxJobNameBytes:
 		return bad("job name empty or too long")
@@ -215,12 +265,25 @@ func (s *Scheduler) Add(j Job) error {
 	case j.Run == nil:
 		return bad("nil run")
 	}
-	if iv, ok := j.Schedule.(Interval); ok && (iv.d <= 0 || iv.d > MaxInterval) {
+	if iv, ok := j.Schedule.(Interval); ok && (iv.d < MinInterval || iv.d > MaxInterval) {
 		return bad("interval out of range")
 	}
+	loc := j.Location
+	if loc == nil {
+		loc = time.UTC
+	}
 	now := s.clk.Now()
-	if next := j.Schedule.Next(now); !next.After(now) {
+	first, err := safeNext(j.Schedule, now.In(loc))
+	switch {
+	case err != nil:
+		return bad("schedule panicked")
+	case !first.After(now):
 		return bad("schedule has no future slot")
+	}
+	if second, err := safeNext(j.Schedule, first.In(loc)); err != nil {
+		return bad("schedule panicked")
+	} else if !second.IsZero() && second.Sub(first) < MinInterval {
+		return bad("schedule slots closer than the minimum interval")
 	}
 	runKey, err := leaseapi.NewKey(s.ns, j.Name+"/run")
 	if err != nil {
@@ -239,7 +302,7 @@ func (s *Scheduler) Add(j Job) error {
 		return bad("duplicate job name")
 	}
 	s.names[j.Name] = struct{}{}
-	s.jobs = append(s.jobs, &job{Job: j, runKey: runKey})
+	s.jobs = append(s.jobs, &job{Job: j, runKey: runKey, loc: loc})
 	return nil
 }
 
@@ -252,6 +315,9 @@ func (s *Scheduler) Add(j Job) error {
 // done ctx is ErrCanceled/ErrTimeout and starts nothing.
 func (s *Scheduler) Start(ctx context.Context) error {
 	const op = "start scheduler"
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -277,14 +343,21 @@ func (s *Scheduler) Start(ctx context.Context) error {
 
 // Stop stops the scheduler: no slot is claimed from then on, running jobs'
 // contexts are canceled, and Stop waits until every job has returned, its
-// renewal has stopped and its lease has been released (so no lease of this
-// server outlives Stop unless a release failed, in which case it ends at
-// its TTL). ctx bounds the wait: if it ends first, Stop returns
+// renewal has stopped and the release of its lease has returned. It
+// returns nil only if every release that Stop waited for succeeded: a
+// release that failed is returned (matching ErrBackendUnavailable: the
+// lease is still held, or ErrAmbiguousOutcome: it may be, until its TTL;
+// several are joined with errors.Join), and reported in the run's Event
+// too. ctx bounds the wait: if it ends first, Stop returns
 // ErrCanceled/ErrTimeout and the jobs keep winding down (a later Stop
-// waits again). Stop is idempotent; Stop before Start just prevents Start.
-// A nil ctx is ErrInvalidState.
+// waits again, and reports the releases then). Stop is idempotent (a
+// release failure is returned once); Stop before Start just prevents
+// Start. A nil ctx, or a Scheduler not built by New, is ErrInvalidState.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	const op = "stop scheduler"
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -297,7 +370,11 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	if err := lifecycle.Wait(ctx, done); err != nil {
 		return leaseapi.ContextError(op, err)
 	}
-	return nil
+	s.mu.Lock()
+	errs := s.stopErrs
+	s.stopErrs = nil
+	s.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // ctxKey keys the run's slot and handle in its context.
@@ -323,16 +400,55 @@ func HandleFrom(ctx context.Context) *runtime.Handle {
 	return ri.h
 }
 
+// emit hands e to OnEvent. A panic in OnEvent is recovered and reported
+// once more as a Failed event; a panic in that report is dropped.
 func (s *Scheduler) emit(e Event) {
-	if s.onEvent != nil {
-		e.At = s.clk.Now()
-		s.onEvent(e)
+	if s.onEvent == nil {
+		return
 	}
+	e.At = s.clk.Now()
+	if perr := protect("OnEvent", func() error { s.onEvent(e); return nil }); perr != nil {
+		_ = protect("OnEvent", func() error {
+			s.onEvent(Event{Job: e.Job, Slot: e.Slot, Outcome: Failed, Err: perr, At: s.clk.Now()})
+			return nil
+		})
+	}
+}
+
+// safeNext calls sch.Next(t), turning a panic into a *PanicError.
+func safeNext(sch Schedule, t time.Time) (next time.Time, err error) {
+	err = protect("Schedule.Next", func() error { next = sch.Next(t); return nil })
+	return next, err
+}
+
+// first returns the job's first slot strictly after t, computed in the
+// job's location. A panicking Schedule is reported once (Failed, with
+// slot as the event's Slot) and breaks the job: first then returns the
+// zero time (no further slot) and the job ends without another run.
+func (s *Scheduler) first(j *job, t, slot time.Time) time.Time {
+	if j.broken {
+		return time.Time{}
+	}
+	next, err := safeNext(j.Schedule, t.In(j.loc))
+	if err != nil {
+		j.broken = true
+		s.emit(Event{Job: j.Name, Slot: slot, Outcome: Failed, Err: err})
+		return time.Time{}
+	}
+	return next
+}
+
+// after returns the slot that follows slot: the first one at least
+// MinInterval after it (slots of a schedule closer than that are skipped),
+// or the zero time, as first does.
+func (s *Scheduler) after(j *job, slot time.Time) time.Time {
+	return s.first(j, slot.Add(MinInterval-1), slot)
 }
 
 // loop runs one job until ctx ends or its schedule ends.
 func (s *Scheduler) loop(ctx context.Context, j *job) {
-	next := j.Schedule.Next(s.clk.Now())
+	now := s.clk.Now()
+	next := s.first(j, now, now)
 	for !next.IsZero() {
 		if !s.waitUntil(ctx, next) {
 			return
@@ -340,7 +456,7 @@ func (s *Scheduler) loop(ctx context.Context, j *job) {
 		// A late wake-up (a paused process, a slow run before) claims only
 		// the latest slot that is due; the earlier ones are missed here.
 		slot := s.skipPassed(j, next, s.clk.Now(), true)
-		if slot.IsZero() {
+		if slot.IsZero() || j.broken {
 			return
 		}
 		if slot.After(s.clk.Now()) {
@@ -352,7 +468,7 @@ func (s *Scheduler) loop(ctx context.Context, j *job) {
 			return
 		}
 		// Slots that passed while the slot ran are skipped, not queued.
-		next = s.skipPassed(j, j.Schedule.Next(slot), s.clk.Now(), false)
+		next = s.skipPassed(j, s.after(j, slot), s.clk.Now(), false)
 		if !next.IsZero() && !next.After(slot) {
 			s.emit(Event{Job: j.Name, Slot: next, Outcome: Failed, Err: leaseapi.NewError("schedule", leaseapi.ErrInvalidState, "schedule went backwards")})
 			return
@@ -370,7 +486,7 @@ func (s *Scheduler) skipPassed(j *job, slot, now time.Time, due bool) time.Time 
 		}
 		n := slot
 		if due {
-			n = j.Schedule.Next(slot)
+			n = s.after(j, slot)
 			if n.IsZero() || n.After(now) || !n.After(slot) {
 				return slot
 			}
@@ -379,7 +495,7 @@ func (s *Scheduler) skipPassed(j *job, slot, now time.Time, due bool) time.Time 
 		}
 		s.emit(Event{Job: j.Name, Slot: slot, Outcome: Missed})
 		if !due {
-			n = j.Schedule.Next(slot)
+			n = s.after(j, slot)
 			if !n.IsZero() && !n.After(slot) {
 				return n // reported by loop
 			}
@@ -387,7 +503,7 @@ func (s *Scheduler) skipPassed(j *job, slot, now time.Time, due bool) time.Time 
 		slot = n
 	}
 	// Too far behind to report every slot: resume at the next one.
-	return j.Schedule.Next(now)
+	return s.first(j, now, now)
 }
 
 // waitUntil waits on the scheduler's clock until t; false if ctx ended.
@@ -419,9 +535,15 @@ func (s *Scheduler) runSlot(ctx context.Context, j *job, slot time.Time) {
 	ev := Event{Job: j.Name, Slot: slot}
 	deadline := slot.Add(j.Policy.Wait())
 	cleanup := context.WithoutCancel(ctx)
+	// release gives h back and keeps the first failure for the event.
+	release := func(h *runtime.Handle) {
+		if err := h.Release(cleanup); err != nil && ev.ReleaseErr == nil {
+			ev.ReleaseErr = err
+		}
+	}
 	var run *runtime.Handle
 	if j.Mode == NonOverlap {
-		h, err := s.tryAcquire(ctx, j.runKey, j.Policy, deadline)
+		h, err := s.tryAcquire(ctx, j, slot, j.runKey, deadline)
 		switch {
 		case leaseapi.Kind(err) == leaseapi.ErrContended:
 			ev.Outcome = Busy
@@ -434,16 +556,16 @@ func (s *Scheduler) runSlot(ctx context.Context, j *job, slot time.Time) {
 		}
 		run = h
 	}
-	claim, err := s.tryAcquire(ctx, s.slotKey(j, slot), j.Policy, deadline)
+	claim, err := s.tryAcquire(ctx, j, slot, s.slotKey(j, slot), deadline)
 	if err == nil && claim.Token() != 1 {
 		// Somebody claimed this slot before (and released it or let it
 		// expire): the slot is theirs forever.
-		_ = claim.Release(cleanup)
+		release(claim)
 		err = leaseapi.NewError("claim slot", leaseapi.ErrContended, "")
 	}
 	if err != nil {
 		if run != nil {
-			_ = run.Release(cleanup)
+			release(run)
 		}
 		ev.Outcome, ev.Err = Failed, err
 		if leaseapi.Kind(err) == leaseapi.ErrContended {
@@ -457,16 +579,29 @@ func (s *Scheduler) runSlot(ctx context.Context, j *job, slot time.Time) {
 	} else {
 		// NonOverlap: the slot is ours for good (token 1); the run holds the
 		// job's lease, whose token orders all runs of the job.
-		_ = claim.Release(cleanup)
+		release(claim)
 	}
 	ev.Outcome, ev.Token = Ran, run.Token()
-	ev.Err = s.runUnder(ctx, j, run, slot)
+	var relErr error
+	ev.Err, relErr = s.runUnder(ctx, j, run, slot)
+	if relErr != nil {
+		if ev.ReleaseErr == nil {
+			ev.ReleaseErr = relErr
+		}
+		if ctx.Err() != nil { // Stop ended this run: Stop reports it
+			s.mu.Lock()
+			s.stopErrs = append(s.stopErrs, relErr)
+			s.mu.Unlock()
+		}
+	}
 	s.emit(ev)
 }
 
 // tryAcquire makes one acquisition attempt, repeated every Retry while the
-// backend gives no reliable answer and the local clock is before deadline.
-func (s *Scheduler) tryAcquire(ctx context.Context, k leaseapi.Key, p leaseapi.Policy, deadline time.Time) (*runtime.Handle, error) {
+// backend gives no reliable answer and the local clock is before deadline;
+// each attempt that is retried is reported (Retrying).
+func (s *Scheduler) tryAcquire(ctx context.Context, j *job, slot time.Time, k leaseapi.Key, deadline time.Time) (*runtime.Handle, error) {
+	p := j.Policy
 	for {
 		h, err := s.c.TryAcquire(ctx, k, p)
 		switch leaseapi.Kind(err) {
@@ -478,6 +613,7 @@ func (s *Scheduler) tryAcquire(ctx context.Context, k leaseapi.Key, p leaseapi.P
 		if p.Retry() == 0 || !s.clk.Now().Add(pause).Before(deadline) {
 			return nil, err
 		}
+		s.emit(Event{Job: j.Name, Slot: slot, Outcome: Retrying, Err: err})
 		tm := s.clk.Timer(pause)
 		select {
 		case <-tm.C:
@@ -489,17 +625,22 @@ func (s *Scheduler) tryAcquire(ctx context.Context, k leaseapi.Key, p leaseapi.P
 }
 
 // runUnder runs j under h with managed renewal, cancels the run's ctx on
-// loss, and then stops renewal and releases h. It starts one watcher
-// goroutine that exits before runUnder returns.
-func (s *Scheduler) runUnder(ctx context.Context, j *job, h *runtime.Handle, slot time.Time) (err error) {
+// loss, and then stops renewal and releases h. It returns the run's error
+// and the release's. It starts one watcher goroutine that exits before
+// runUnder returns.
+func (s *Scheduler) runUnder(ctx context.Context, j *job, h *runtime.Handle, slot time.Time) (err, relErr error) {
 	cleanup := context.WithoutCancel(ctx)
-	defer h.Release(cleanup) //nolint:errcheck // a failed release ends at the TTL
 	m, err := h.StartManaged(ctx)
 	if err != nil {
-		return err
+		return err, h.Release(cleanup)
 	}
-	defer m.Stop(cleanup) //nolint:errcheck // nil or ended
+	err = s.runManaged(ctx, j, h, m, slot)
+	_ = m.Stop(cleanup) // nil, or renewal had already ended
+	return err, h.Release(cleanup)
+}
 
+// runManaged runs j under h while m renews it, with a ctx canceled on loss.
+func (s *Scheduler) runManaged(ctx context.Context, j *job, h *runtime.Handle, m *runtime.Managed, slot time.Time) (err error) {
 	rctx, cancel := context.WithCancelCause(context.WithValue(ctx, ctxKey{}, runInfo{slot: slot, h: h}))
 	defer cancel(nil)
 	stopWatch := lifecycle.WatchLoss(m.Loss(), lossErr, h.Done(), func() error {
@@ -517,11 +658,16 @@ func (s *Scheduler) runUnder(ctx context.Context, j *job, h *runtime.Handle, slo
 func lossErr(l runtime.Loss) error { return l.Err }
 
 // callJob calls run and turns a panic into a *PanicError.
-func callJob(ctx context.Context, run func(context.Context, leaseapi.Token) error, token leaseapi.Token) (err error) {
+func callJob(ctx context.Context, run func(context.Context, leaseapi.Token) error, token leaseapi.Token) error {
+	return protect("", func() error { return run(ctx, token) })
+}
+
+// protect calls f and turns a panic into a *PanicError naming callback.
+func protect(callback string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
+			err = &PanicError{Value: r, Callback: callback}
 		}
 	}()
-	return run(ctx, token)
+	return f()
 }
