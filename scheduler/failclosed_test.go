@@ -356,7 +356,7 @@ func TestReleaseErrorIsReported(t *testing.T) {
 						if runs.Add(1) == 2 {
 							<-ctx.Done() // the second run lasts until Stop
 						}
-						srv.faulty.Inject(leaseapi.OpRelease, tc.fault)
+						srv.faulty.Inject(leaseapi.OperationRelease, tc.fault)
 						return nil
 					}})
 				if err != nil {
