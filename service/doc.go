@@ -54,15 +54,18 @@
 //
 // # Failure handling
 //
-// A campaign that fails for any reason other than contention or an
-// exhausted Wait (backend unavailable, capacity, a closed client) is
-// reported through OnError and retried after Backoff; the Singleton never
-// gives up on its own. With Policy.Wait > 0, Acquire retries an
-// unavailable backend within Wait and then reports ErrTimeout, which is
-// indistinguishable from waiting on a healthy leader and is not reported:
-// use Wait == 0 (one attempt per Backoff) or an observed backend
-// (runtime.NewObservedBackend) to see unavailability. A term that ends with an error (Run's error, a loss
-// reported as ErrLost or ErrStaleOwner) is reported the same way. Errors
+// A campaign that fails for any reason other than contention (backend
+// unavailable or misconfigured — a wrong password, a missing schema —,
+// ambiguous, capacity, a closed client) is reported through OnError and
+// retried after Backoff; the Singleton never gives up on its own, and
+// never retries silently. Each campaign starts with one attempt (Wait
+// zero) and waits for the key (Policy.Wait, waking on a release
+// notification) only when that attempt found it held by another
+// candidate: an exhausted Wait then means a healthy leader and is not
+// reported, and a backend that fails every attempt is reported once per
+// campaign. (The cost is one extra attempt per campaign for a follower.)
+// A term that ends with an error (Run's error, a loss reported as ErrLost
+// or ErrStaleOwner, a failed release) is reported the same way. Errors
 // match exactly one leaseapi sentinel (a Run error is passed through as
 // Run returned it) and never contain the key. The package never logs.
 //

@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,9 +40,11 @@ type Options struct {
 	// goroutine, whatever ended it — loss, Run's return or Stop.
 	OnStoppedLeading func()
 	// OnError, if set, receives what ended a term (Run's error, a
-	// *PanicError, an ErrLost error) and campaign failures other than
-	// contention and an exhausted Wait (backend unavailable, capacity, a
-	// closed client). It is called on the campaign goroutine.
+	// *PanicError, an ErrLost error, the release's error) and every
+	// campaign failure other than contention and a Wait exhausted on a
+	// healthy leader (backend unavailable or misconfigured, ambiguous,
+	// capacity, a closed client). It is called on the campaign goroutine.
+	// A panic in it is recovered and dropped.
 	OnError func(err error)
 	// Backoff is the least time between the starts of two campaigns, and
 	// the pause after a term ends. Zero means Policy.Retry, or
@@ -53,7 +57,9 @@ type Options struct {
 // Singleton runs a function on exactly one candidate of a fleet at a time:
 // leader election on one lease. Build it with [New]; drive it either with
 // Start and Stop (uber-go/fx OnStart/OnStop hooks) or with Serve (a
-// thejerf/suture Service). It is safe for concurrent use. It does not own
+// thejerf/suture Service). It is safe for concurrent use. The zero
+// Singleton (and a nil *Singleton) is not usable: Start, Serve and Stop
+// return ErrInvalidState and Leading reports false. It does not own
 // the client: close it after Stop. A client closed under a running
 // Singleton fails every campaign (reported through OnError, matching
 // ErrInvalidState) until Stop.
@@ -62,6 +68,16 @@ type Singleton struct {
 	o       Options
 	clk     clock.Clock
 	backoff time.Duration
+	// probe is Policy with Wait zero: one attempt, whose error tells a
+	// failing backend from a held lease before a campaign waits. Equal to
+	// Policy when Policy.Wait is zero (waits is false).
+	probe leaseapi.Policy
+	waits bool
+
+	// mu guards stopErr: the release error of the term that Stop (or the
+	// end of Serve's ctx) ended, returned by Stop and Serve.
+	mu      sync.Mutex
+	stopErr error
 
 	// leader is the current term's token, 0 when not leading.
 	leader atomic.Uint64
@@ -95,7 +111,14 @@ func New(client *runtime.Client, o Options) (*Singleton, error) {
 	case o.Backoff < 0:
 		return bad("negative backoff")
 	}
-	s := &Singleton{c: client, o: o, clk: o.Clock, backoff: o.Backoff}
+	s := &Singleton{c: client, o: o, clk: o.Clock, backoff: o.Backoff, probe: o.Policy}
+	if o.Policy.Wait() > 0 {
+		po := o.Policy.Options()
+		po.Wait = 0
+		if p, err := leaseapi.NewPolicy(po); err == nil {
+			s.probe, s.waits = p, true
+		}
+	}
 	if s.clk == nil {
 		s.clk = clock.New()
 	}
@@ -114,6 +137,9 @@ func New(client *runtime.Client, o Options) (*Singleton, error) {
 // does no I/O; Run should still check its handle's State before
 // protected actions and fence them with the token.
 func (s *Singleton) Leading() (leaseapi.Token, bool) {
+	if s == nil {
+		return 0, false
+	}
 	t := leaseapi.Token(s.leader.Load())
 	return t, t != 0
 }
@@ -127,6 +153,9 @@ func (s *Singleton) Leading() (leaseapi.Token, bool) {
 // ErrInvalidState; a done ctx is ErrCanceled/ErrTimeout.
 func (s *Singleton) Start(ctx context.Context) error {
 	const op = "start singleton"
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -141,13 +170,17 @@ func (s *Singleton) Start(ctx context.Context) error {
 
 // Serve campaigns and leads on the caller's goroutine until ctx is done or
 // Stop is called (a thejerf/suture Service). When it returns the current
-// term has ended: Run returned, renewal stopped and the lease released. It
-// returns an error matching ErrCanceled or ErrTimeout (and ctx's error)
-// when ctx ended, and nil when Stop ended it. Serve may be called again
+// term has ended: Run returned, renewal stopped and the release returned.
+// It returns the release's error when that last release failed (as Stop
+// does), otherwise an error matching ErrCanceled or ErrTimeout (and ctx's
+// error) when ctx ended, and nil when Stop ended it. Serve may be called again
 // after it returned (a supervisor restarting it), but not while Start's
 // loop or another Serve runs, nor after Stop: those are ErrInvalidState.
 func (s *Singleton) Serve(ctx context.Context) error {
 	const op = "serve singleton"
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -161,6 +194,9 @@ func (s *Singleton) Serve(ctx context.Context) error {
 	if !served {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "already running or stopped")
 	}
+	if err := s.releaseErr(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil && s.life.Err() == nil {
 		return leaseapi.ContextError(op, err)
 	}
@@ -169,14 +205,24 @@ func (s *Singleton) Serve(ctx context.Context) error {
 
 // Stop stops campaigning for good (an uber-go/fx OnStop hook): it cancels
 // the running term's ctx, waits until Run has returned, renewal has
-// stopped and the lease has been released (so another candidate takes
-// over at once, not after the TTL), and until the campaign loop has
-// exited, whether Start or Serve runs it. ctx bounds the wait: if it ends
-// first Stop returns ErrCanceled/ErrTimeout and the loop keeps winding
-// down (a later Stop waits again). Idempotent; a nil ctx is
-// ErrInvalidState. After Stop, Start and Serve are ErrInvalidState.
+// stopped and the release of the lease has returned, and until the
+// campaign loop has exited, whether Start or Serve runs it. When the
+// release failed and runtime.Client.Run reported it, Stop returns the
+// release's error, matching ErrBackendUnavailable (the lease is still
+// held) or ErrAmbiguousOutcome (it may be), and the lease ends at its TTL;
+// otherwise it returns nil. Until Client.Run reports release failures, a
+// nil from Stop does not prove the lease was released: a failed release
+// then shows only as the lease still held until its TTL. ctx bounds the wait:
+// if it ends first Stop returns ErrCanceled/ErrTimeout and the loop keeps
+// winding down (a later Stop waits again). Idempotent (a later Stop
+// returns the same release error); a nil ctx, or a Singleton not built by
+// New, is ErrInvalidState. After Stop, Start and Serve are
+// ErrInvalidState.
 func (s *Singleton) Stop(ctx context.Context) error {
 	const op = "stop singleton"
+	if !s.built() {
+		return errNotBuilt(op)
+	}
 	if ctx == nil {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
@@ -185,32 +231,95 @@ func (s *Singleton) Stop(ctx context.Context) error {
 	if err := lifecycle.Wait(ctx, done); err != nil {
 		return leaseapi.ContextError(op, err)
 	}
-	return nil
+	return s.releaseErr()
+}
+
+// built reports whether s was made by New.
+func (s *Singleton) built() bool { return s != nil && s.c != nil }
+
+func errNotBuilt(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "singleton not built by New")
+}
+
+// releaseErr returns the release error of the term that stopping ended.
+func (s *Singleton) releaseErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopErr
+}
+
+// releasePart returns what of Run's error err is not fn's own error fnErr
+// and reports a release that failed: the parts matching
+// ErrBackendUnavailable or ErrAmbiguousOutcome (Run joins the release's
+// error with fn's). nil when the release succeeded.
+func releasePart(err, fnErr error) error {
+	if err == nil || err == fnErr {
+		return nil
+	}
+	var parts []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok && fnErr != nil {
+		parts = j.Unwrap()
+	} else {
+		parts = []error{err}
+	}
+	var out []error
+	for _, e := range parts {
+		if e == fnErr {
+			continue
+		}
+		switch leaseapi.Kind(e) {
+		case leaseapi.ErrBackendUnavailable, leaseapi.ErrAmbiguousOutcome:
+			out = append(out, e)
+		}
+	}
+	return errors.Join(out...)
 }
 
 // loop campaigns, leads, steps down and campaigns again until ctx ends.
+//
+// A campaign first makes one attempt (the probe policy, Wait zero), whose
+// error is reported unless the key is held; only when it is held does the
+// campaign wait for it (Policy.Wait, waking on a release notification).
+// So a backend that fails every attempt (down, a wrong password, a missing
+// schema) is reported once per campaign instead of hiding behind an
+// exhausted Wait.
 func (s *Singleton) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		began := s.clk.Now()
 		led := false
-		err := s.c.Run(ctx, s.o.Key, s.o.Policy, func(rctx context.Context, h *runtime.Handle) error {
+		var fnErr error
+		fn := func(rctx context.Context, h *runtime.Handle) error {
 			led = true
 			s.leader.Store(uint64(h.Token()))
 			defer s.leader.Store(0)
-			return s.lead(rctx, h)
-		})
+			fnErr = s.lead(rctx, h)
+			return fnErr
+		}
+		err := s.c.Run(ctx, s.o.Key, s.probe, fn)
+		waited := false
+		if !led && s.waits && leaseapi.Kind(err) == leaseapi.ErrContended && ctx.Err() == nil {
+			waited = true
+			err = s.c.Run(ctx, s.o.Key, s.o.Policy, fn)
+		}
 		if led && s.o.OnStoppedLeading != nil {
 			s.report(protect(func() error { s.o.OnStoppedLeading(); return nil }))
 		}
 		if ctx.Err() != nil {
+			if rel := releasePart(err, fnErr); led && rel != nil {
+				s.mu.Lock()
+				s.stopErr = rel
+				s.mu.Unlock()
+				s.report(rel)
+			}
 			return
 		}
 		pause := s.backoff
 		if led {
 			s.report(err)
 		} else {
-			switch leaseapi.Kind(err) {
-			case leaseapi.ErrContended, leaseapi.ErrTimeout:
+			switch k := leaseapi.Kind(err); {
+			case k == leaseapi.ErrContended, k == leaseapi.ErrTimeout && waited:
+				// Held by a healthy leader: the probe just said so.
 			default:
 				s.report(err)
 			}
