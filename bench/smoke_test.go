@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tinySizes keep the smoke test to a second or two per backend.
+var tinySizes = sizes{
+	seqPairs: 5, conc: 4, parSlice: 20 * time.Millisecond,
+	leases: 50, window: 50 * time.Millisecond,
+	contenders: 3, hold: time.Millisecond, handSlice: 100 * time.Millisecond,
+	poll: time.Millisecond, yieldCap: 50 * time.Millisecond, jitter: 2 * time.Millisecond,
+	ttl: 10 * time.Second, renewTTL: 30 * time.Second, warmup: 2,
+}
+
+// recorder is the bench a smoke run reports to.
+type recorder struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+func (r *recorder) ReportMetric(n float64, unit string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]float64{}
+	}
+	r.m[unit] = n
+}
+
+func (r *recorder) ResetTimer() {}
+
+// TestSmoke runs every workload of every backend for one round at a tiny
+// size, so that the benchmarks keep working as the library changes: each
+// layer must report a positive rate and each ratio must be there. It
+// measures nothing.
+func TestSmoke(t *testing.T) {
+	kits := []struct {
+		name   string
+		kit    func(t *testing.T) kit
+		layers []string
+		ratios []string
+	}{
+		{"memory", func(*testing.T) kit { return memoryKit() }, []string{"store", "api"}, []string{"api/store"}},
+		{"valkey", func(t *testing.T) kit { return valkeyKit(needValkey(t)) }, []string{"floor", "store", "api"}, []string{"api/floor", "store/floor", "api/store"}},
+		{"postgres", func(t *testing.T) kit { return postgresKit(needPostgres(t)) }, []string{"floor", "store", "api"}, []string{"api/floor", "store/floor", "api/store"}},
+	}
+	for _, kc := range kits {
+		t.Run(kc.name, func(t *testing.T) {
+			t.Parallel()
+			k := kc.kit(t)
+			for _, w := range workloads {
+				r := &recorder{}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				err := w.run(ctx, r, k, tinySizes, 1)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: %v", w.name, err)
+				}
+				layers := kc.layers
+				switch w.name {
+				case "renew":
+					layers = append(layers[:len(layers):len(layers)], "managed")
+				case "handoff":
+					layers = append(layers[:len(layers):len(layers)], "acquire")
+				}
+				for _, l := range layers {
+					found := false
+					for unit, v := range r.m {
+						if strings.HasPrefix(unit, l+"-") && strings.HasSuffix(unit, "/s") {
+							found = true
+							if v <= 0 {
+								t.Errorf("%s: %s = %v, want > 0", w.name, unit, v)
+							}
+						}
+					}
+					if !found {
+						t.Errorf("%s: no rate reported for %s (got %v)", w.name, l, r.m)
+					}
+				}
+				for _, q := range kc.ratios {
+					if r.m[q] <= 0 {
+						t.Errorf("%s: ratio %s = %v, want > 0", w.name, q, r.m[q])
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,462 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// sizes are a workload's parameters. defaultSizes are the benchmark's;
+// the smoke test shrinks them.
+type sizes struct {
+	seqPairs   int           // seq: pairs per variant per round
+	conc       int           // par, renew: goroutines
+	parSlice   time.Duration // par: duration per variant per round
+	leases     int           // renew: leases held, each renewed once per round
+	window     time.Duration // renew, managed: measurement window per round
+	contenders int           // handoff: contenders for one key
+	hold       time.Duration // handoff: how long a holder keeps the lease
+	handSlice  time.Duration // handoff: duration per variant per round
+	poll       time.Duration // handoff: pause after a busy TryAcquire
+	yieldCap   time.Duration // handoff: longest a releaser stands aside
+	jitter     time.Duration // handoff: then U(0, jitter) more
+	ttl        time.Duration // seq, par, handoff: lease TTL
+	renewTTL   time.Duration // renew: lease TTL
+	warmup     int           // seq, par: unmeasured pairs per variant (per goroutine in par)
+}
+
+var defaultSizes = sizes{
+	seqPairs: 500, conc: 64, parSlice: time.Second,
+	leases: 10_000, window: time.Second,
+	contenders: 8, hold: time.Millisecond, handSlice: 2 * time.Second,
+	poll: time.Millisecond, yieldCap: time.Second, jitter: 10 * time.Millisecond,
+	ttl: 10 * time.Second, renewTTL: 30 * time.Second, warmup: 10,
+}
+
+// variant is one layer bound to the locker the single-client workloads
+// (seq, par, renew) use.
+type variant struct {
+	name  string
+	seq   func(ctx context.Context, names []string, lat []time.Duration) (int64, error)
+	par   func(ctx context.Context, conc int, d time.Duration, base string) (int64, error)
+	renew func(ctx context.Context, m meter, t *tally, conc int, names []string) error
+}
+
+func bindOne[H any, L locker[H]](name string, l L) variant {
+	return variant{
+		name: name,
+		seq: func(ctx context.Context, names []string, lat []time.Duration) (int64, error) {
+			return seqSlice[H](ctx, l, names, lat)
+		},
+		par: func(ctx context.Context, conc int, d time.Duration, base string) (int64, error) {
+			return parSlice[H](ctx, l, conc, d, base)
+		},
+		renew: func(ctx context.Context, m meter, t *tally, conc int, names []string) error {
+			return renewSlice[H](ctx, m, t, l, conc, names)
+		},
+	}
+}
+
+// pair acquires and releases name.
+func pair[H any, L locker[H]](ctx context.Context, l L, name string) error {
+	h, err := l.tryAcquire(ctx, name)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	if err := l.release(ctx, &h); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// seqSlice runs one pair per name, one after another, and records each
+// pair's latency in lat (len(lat) == len(names)).
+func seqSlice[H any, L locker[H]](ctx context.Context, l L, names []string, lat []time.Duration) (int64, error) {
+	for i, name := range names {
+		t0 := time.Now()
+		if err := pair[H](ctx, l, name); err != nil {
+			return int64(i), err
+		}
+		lat[i] = time.Since(t0)
+	}
+	return int64(len(names)), nil
+}
+
+// parSlice runs conc goroutines, each doing pairs on keys of its own
+// (base, its number, a counter) until d has passed, and returns the pairs
+// done.
+func parSlice[H any, L locker[H]](ctx context.Context, l L, conc int, d time.Duration, base string) (int64, error) {
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	var first firstError
+	start := make(chan struct{})
+	var deadline time.Time // written before start is closed
+	for g := range conc {
+		wg.Go(func() {
+			buf := make([]byte, 0, len(base)+24)
+			buf = append(buf, base...)
+			buf = strconv.AppendInt(buf, int64(g), 10)
+			buf = append(buf, ':')
+			head := len(buf)
+			<-start
+			n := int64(0)
+			for !first.set() && time.Now().Before(deadline) {
+				buf = strconv.AppendInt(buf[:head], n, 10)
+				if err := pair[H](ctx, l, string(buf)); err != nil {
+					first.put(err)
+					break
+				}
+				n++
+			}
+			done.Add(n)
+		})
+	}
+	deadline = time.Now().Add(d)
+	close(start)
+	wg.Wait()
+	return done.Load(), first.get()
+}
+
+// forEach calls f(i) for every i in [0, n) from conc goroutines and
+// returns the first error (the others stop at their next call).
+func forEach(n, conc int, f func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first firstError
+	for range conc {
+		wg.Go(func() {
+			for !first.set() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					first.put(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first.get()
+}
+
+// firstError keeps the first of the errors of several goroutines.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+	on  atomic.Bool
+}
+
+func (e *firstError) put(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+		e.on.Store(true)
+	}
+	e.mu.Unlock()
+}
+
+func (e *firstError) set() bool { return e.on.Load() }
+
+func (e *firstError) get() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// renewSlice acquires one lease per name (not measured), renews each once
+// from conc goroutines (measured), and releases them all (not measured).
+func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t *tally, l L, conc int, names []string) error {
+	held := make([]H, len(names))
+	got := make([]bool, len(names))
+	defer func() {
+		_ = forEach(len(names), conc, func(i int) error {
+			if got[i] {
+				_ = l.release(ctx, &held[i])
+			}
+			return nil
+		})
+	}()
+	if err := forEach(len(names), conc, func(i int) error {
+		h, err := l.tryAcquire(ctx, names[i])
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		held[i], got[i] = h, true
+		return nil
+	}); err != nil {
+		return err
+	}
+	return m.measure(ctx, t, func() (int64, error) {
+		err := forEach(len(names), conc, func(i int) error {
+			if err := l.renew(ctx, &held[i]); err != nil {
+				return fmt.Errorf("renew: %w", err)
+			}
+			return nil
+		})
+		return int64(len(names)), err
+	})
+}
+
+// managedSlice acquires one lease per name through c (whose backend counts
+// its renewals in cnt) and starts managed renewal on each with RenewEvery
+// 1ms, so that every lease is always due (not measured); then it counts the
+// renewals done during sz.window (measured); then it stops managed renewal
+// and releases (not measured). Every lease must still be active at the end.
+func managedSlice(ctx context.Context, m meter, t *tally, c *runtime.Client, cnt *renewCount, ns string, sz sizes, names []string) error {
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: sz.renewTTL, SafetyMargin: sz.renewTTL / 10,
+		OperationTimeout: time.Second, MaxAttempts: 1, RenewEvery: time.Millisecond})
+	if err != nil {
+		return err
+	}
+	handles := make([]*runtime.Handle, len(names))
+	managed := make([]*runtime.Managed, len(names))
+	defer func() {
+		_ = forEach(len(names), sz.conc, func(i int) error {
+			if managed[i] != nil {
+				_ = managed[i].Stop(ctx)
+			}
+			if handles[i] != nil {
+				_ = handles[i].Release(ctx)
+			}
+			return nil
+		})
+	}()
+	// Acquire everything first, then start managed renewal on everything:
+	// with renewal always due, acquisitions made meanwhile would queue
+	// behind the renewals.
+	if err := forEach(len(names), sz.conc, func(i int) error {
+		k, err := leaseapi.NewKey(ns, names[i])
+		if err != nil {
+			return err
+		}
+		if handles[i], err = c.TryAcquire(ctx, k, p); err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := forEach(len(names), sz.conc, func(i int) error {
+		var err error
+		if managed[i], err = handles[i].StartManaged(ctx); err != nil {
+			return fmt.Errorf("start managed: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	var calls int64
+	err = m.measure(ctx, t, func() (int64, error) {
+		r0, c0 := cnt.renewed.Load(), cnt.calls.Load()
+		time.Sleep(sz.window) // renewals run on the supervisors' own timers meanwhile
+		calls = cnt.calls.Load() - c0
+		return cnt.renewed.Load() - r0, nil
+	})
+	t.calls += calls
+	if err != nil {
+		return err
+	}
+	for _, h := range handles {
+		if s := h.State(); s != leaseapi.StateActive {
+			return fmt.Errorf("a managed lease is %v after the window", s)
+		}
+	}
+	return nil
+}
+
+// contenders is one layer bound to the lockers of the handoff workload,
+// one per contender (each with its own connections), waiting by polling
+// TryAcquire or with the layer's own acquire.
+type contenders struct {
+	name string
+	run  func(ctx context.Context, sz sizes, key string) (handoffResult, error)
+}
+
+func bindMany[H any, L locker[H]](name string, ls []L, block bool) contenders {
+	return contenders{name: name, run: func(ctx context.Context, sz sizes, key string) (handoffResult, error) {
+		return handoffSlice[H](ctx, ls, block, sz, key)
+	}}
+}
+
+// handoffResult is one handoff slice.
+type handoffResult struct {
+	acquisitions int64
+	hand         []time.Duration
+	waitMax      time.Duration
+}
+
+// handoffState is shared by the contenders of one slice.
+type handoffState struct {
+	mu      sync.Mutex
+	ch      chan struct{} // closed and replaced at every acquisition
+	recs    []acqRec      // every acquisition, in order (the lease is exclusive)
+	last    uint64        // the previous acquisition's token
+	viol    string        // the first token violation
+	waitMax time.Duration
+}
+
+// acqRec is one acquisition: by whom, when its acquire returned, when its
+// release returned (zero until then).
+type acqRec struct {
+	g        int
+	acq, rel time.Time
+}
+
+// acquired records an acquisition by g, checks its token and returns its
+// number.
+func (s *handoffState) acquired(g int, tok uint64, at time.Time, waited time.Duration) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := int64(len(s.recs))
+	s.recs = append(s.recs, acqRec{g: g, acq: at})
+	if tok <= s.last && s.viol == "" {
+		s.viol = fmt.Sprintf("acquisition %d got token %d after token %d", k, tok, s.last)
+	}
+	s.last = tok
+	s.waitMax = max(s.waitMax, waited)
+	close(s.ch)
+	s.ch = make(chan struct{})
+	return k
+}
+
+func (s *handoffState) released(k int64, at time.Time) {
+	s.mu.Lock()
+	s.recs[k].rel = at
+	s.mu.Unlock()
+}
+
+func (s *handoffState) waited(d time.Duration) {
+	s.mu.Lock()
+	s.waitMax = max(s.waitMax, d)
+	s.mu.Unlock()
+}
+
+// handoffs returns, for every acquisition by another contender than the
+// previous one, the time from the previous release returning to this
+// acquire returning (0 when the acquire returned first, as the peers
+// harness counts it).
+func (s *handoffState) handoffs() []time.Duration {
+	var out []time.Duration
+	for k := 1; k < len(s.recs); k++ {
+		prev, cur := s.recs[k-1], s.recs[k]
+		if prev.g == cur.g || prev.rel.IsZero() {
+			continue
+		}
+		out = append(out, max(cur.acq.Sub(prev.rel), 0))
+	}
+	return out
+}
+
+// waitPast waits until acquisition k+1 exists, or cap passes, or ctx ends.
+func (s *handoffState) waitPast(ctx context.Context, k int64, cap time.Duration) {
+	t := time.NewTimer(cap)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		if int64(len(s.recs)) > k+1 {
+			s.mu.Unlock()
+			return
+		}
+		ch := s.ch
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// handoffSlice runs the contenders on key for sz.handSlice, as the peers
+// harness's handoff workload does.
+func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, sz sizes, key string) (handoffResult, error) {
+	end := time.Now().Add(sz.handSlice)
+	runCtx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	st := &handoffState{ch: make(chan struct{})}
+	var inside, overlap atomic.Int64
+	var first firstError
+	var wg sync.WaitGroup
+	for g, l := range ls {
+		wg.Go(func() {
+			acquire := func() (H, error) {
+				if block {
+					return l.acquire(runCtx, key)
+				}
+				t := time.NewTimer(sz.poll)
+				defer t.Stop()
+				for {
+					h, err := l.tryAcquire(runCtx, key)
+					if !errors.Is(err, errBusy) {
+						return h, err
+					}
+					t.Reset(sz.poll)
+					select {
+					case <-runCtx.Done():
+						return h, runCtx.Err()
+					case <-t.C:
+					}
+				}
+			}
+			for runCtx.Err() == nil {
+				t0 := time.Now()
+				h, err := acquire()
+				if err != nil {
+					// A layer may see the slice's deadline a moment before
+					// runCtx reports it (valkey-go times a call out by the
+					// deadline itself): that is the end of the slice too.
+					if runCtx.Err() == nil && time.Now().Before(end) {
+						first.put(fmt.Errorf("contender %d acquire: %w", g, err))
+						cancel()
+						return
+					}
+					st.waited(time.Since(t0)) // the end of the slice cut this wait short
+					return
+				}
+				at := time.Now()
+				k := st.acquired(g, l.token(&h), at, at.Sub(t0))
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				time.Sleep(sz.hold)
+				inside.Add(-1)
+				if err := l.release(context.WithoutCancel(ctx), &h); err != nil {
+					first.put(fmt.Errorf("contender %d release: %w", g, err))
+					cancel()
+					return
+				}
+				st.released(k, time.Now())
+				st.waitPast(runCtx, k, sz.yieldCap)
+				if sz.jitter > 0 {
+					select {
+					case <-runCtx.Done():
+					case <-time.After(time.Duration(mrand.Int64N(int64(sz.jitter)))):
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.get(); err != nil {
+		return handoffResult{}, err
+	}
+	if st.viol != "" {
+		return handoffResult{}, errors.New("fencing violation: " + st.viol)
+	}
+	if n := overlap.Load(); n > 0 {
+		return handoffResult{}, fmt.Errorf("%d acquisitions overlapped another holder", n)
+	}
+	return handoffResult{acquisitions: int64(len(st.recs)), hand: st.handoffs(), waitMax: st.waitMax}, nil
+}
