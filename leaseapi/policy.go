@@ -37,14 +37,22 @@ func (f FailureBehavior) String() string {
 	return "invalid"
 }
 
+// minTrust is the shortest trust window (TTL - SafetyMargin) a policy may
+// leave: below it the renewal interval and the operation timeout, which
+// must both be shorter than the window, have no room.
+const minTrust = time.Microsecond
+
 // PolicyOptions is the input of [NewPolicy]. Zero fields take the defaults
-// documented on each field; TTL has none and must be set.
+// documented on each field; TTL has none and must be set. The trust window
+// is TTL - SafetyMargin: the longest a holder may act on one grant or
+// renewal.
 type PolicyOptions struct {
 	// TTL is the lease duration requested from the backend. Required:
 	// 1ms <= TTL <= MaxTTL.
 	TTL time.Duration
 	// SafetyMargin is subtracted from the TTL to form the local deadline; it
-	// absorbs clock rate differences. Zero means TTL/10. Must be < TTL.
+	// absorbs clock rate differences. Zero means TTL/10. Must be < TTL and
+	// leave a trust window TTL - SafetyMargin of at least 1µs.
 	SafetyMargin time.Duration
 	// RenewEvery is the managed renewal interval, measured from the send time
 	// of the last successful renewal. Zero means (TTL-SafetyMargin)/3. Must be
@@ -55,12 +63,19 @@ type PolicyOptions struct {
 	Wait time.Duration
 	// Retry is the pause between acquisition attempts, and between failed
 	// managed renewals. Zero means no retry (Wait must then be zero); failed
-	// managed renewals are then retried after RenewEvery/4.
+	// managed renewals are then retried after RenewEvery/4. At most MaxWait
+	// and < TTL-SafetyMargin: a longer pause could never retry a failed
+	// renewal before the deadline, so one failure would end the lease. A
+	// failed renewal is retried before the deadline only when RenewEvery +
+	// Retry < TTL-SafetyMargin; a Retry between that and the window is
+	// accepted (acquisitions may want to poll slowly) but then one failed
+	// renewal ends the lease.
 	Retry time.Duration
-	// Jitter adds a uniformly random [0, Jitter) to each Retry pause.
+	// Jitter adds a uniformly random [0, Jitter) to each acquisition retry
+	// pause (the pause never exceeds what is left of Wait). At most MaxWait.
 	Jitter time.Duration
 	// MaxAttempts bounds the acquisition attempts of one Acquire. Zero means
-	// the package bound MaxAttempts.
+	// the package bound MaxAttempts, which is also the largest value.
 	MaxAttempts uint32
 	// OperationTimeout bounds each backend call. Zero means
 	// min(10s, (TTL-SafetyMargin)/2). Must be < TTL-SafetyMargin and at most
@@ -78,9 +93,14 @@ type Policy struct {
 	valid bool
 }
 
-// NewPolicy validates o, fills in defaults and returns the Policy. Invalid
-// options return an error matching [ErrInvalidState] naming the field, never
-// its value.
+// NewPolicy fills in the defaults of o's zero fields and validates the
+// result against every rule documented on [PolicyOptions]. Invalid options
+// return an error matching [ErrInvalidState] naming the field, never its
+// value; NewPolicy never panics.
+//
+// The rules are checked on the effective options (defaults filled in), so
+// every accepted Policy obeys them, and NewPolicy(p.Options()) returns p
+// again.
 func NewPolicy(o PolicyOptions) (Policy, error) {
 	const op = "new policy"
 	if o.TTL < time.Millisecond || o.TTL > MaxTTL {
@@ -93,17 +113,26 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 		o.SafetyMargin = o.TTL / 10
 	}
 	trust := o.TTL - o.SafetyMargin
-	if o.RenewEvery < 0 || o.RenewEvery >= trust {
-		return Policy{}, invalid(op, "renew interval out of range")
+	if trust < minTrust {
+		return Policy{}, invalid(op, "safety margin leaves less than 1µs of the ttl")
 	}
 	if o.RenewEvery == 0 {
 		o.RenewEvery = max(trust/3, 1)
+	}
+	if o.RenewEvery < 0 || o.RenewEvery >= trust {
+		return Policy{}, invalid(op, "renew interval out of range")
 	}
 	if o.Retry < 0 || o.Jitter < 0 || o.Wait < 0 {
 		return Policy{}, invalid(op, "negative retry, jitter or wait")
 	}
 	if o.Wait > MaxWait {
 		return Policy{}, invalid(op, "wait out of range")
+	}
+	if o.Retry > MaxWait || o.Retry >= trust {
+		return Policy{}, invalid(op, "retry out of range")
+	}
+	if o.Jitter > MaxWait {
+		return Policy{}, invalid(op, "jitter out of range")
 	}
 	if o.Wait > 0 && o.Retry == 0 {
 		return Policy{}, invalid(op, "wait without retry")
@@ -114,11 +143,11 @@ func NewPolicy(o PolicyOptions) (Policy, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = MaxAttempts
 	}
-	if o.OperationTimeout < 0 || o.OperationTimeout > MaxOperationTimeout || o.OperationTimeout >= trust {
-		return Policy{}, invalid(op, "operation timeout out of range")
-	}
 	if o.OperationTimeout == 0 {
 		o.OperationTimeout = min(10*time.Second, max(trust/2, 1))
+	}
+	if o.OperationTimeout < 0 || o.OperationTimeout > MaxOperationTimeout || o.OperationTimeout >= trust {
+		return Policy{}, invalid(op, "operation timeout out of range")
 	}
 	if o.FailureBehavior == 0 {
 		o.FailureBehavior = FailureFailClosed
