@@ -8,7 +8,12 @@
 // the store's clock, with the semantics of [leaseapi.Backend]. Tokens are
 // per key, start at 1 and strictly increase with every acquisition; they
 // survive release and expiry but not the Store (a new Store starts again at
-// 1: it is not a durable fencing authority across processes).
+// 1: it is not a durable fencing authority across processes). A key whose
+// token reached 2^64-1 cannot be acquired again: TryAcquire fails closed
+// with [leaseapi.ErrInvalidState] and grants nothing.
+//
+// A Store must be made by [New]: the zero Store and a nil *Store return
+// [leaseapi.ErrInvalidState] from every operation.
 //
 // # What this package does not do
 //
@@ -19,6 +24,7 @@ package memory
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -35,7 +41,7 @@ type Options struct {
 	Clock leaseapi.Clock
 }
 
-// Store is the memory backend. It implements [leaseapi.Backend],
+// Store is the memory backend; make one with [New]. It implements [leaseapi.Backend],
 // [leaseapi.Inspector], [leaseapi.ReleaseWatcher],
 // [leaseapi.BatchRenewer] and [leaseapi.NonBlocking]. It is safe for concurrent use and starts no
 // goroutine, so it needs no Close.
@@ -79,6 +85,14 @@ func New(o Options) (*Store, error) {
 // short critical section.
 func (s *Store) NeverBlocks() bool { return true }
 
+// ready returns ErrInvalidState for a Store that New did not make.
+func (s *Store) ready(op string) error {
+	if s == nil || s.clk == nil {
+		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "store not made by memory.New")
+	}
+	return nil
+}
+
 func (e *entry) live(now time.Time) bool {
 	return e.owner != "" && now.Before(e.expiresAt)
 }
@@ -95,6 +109,9 @@ func (e *entry) matches(rec leaseapi.Record) bool {
 // TryAcquire implements [leaseapi.Backend].
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -107,6 +124,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 		s.keys[key] = e
 	} else if e.live(now) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	} else if e.token == math.MaxUint64 {
+		// The next token cannot be represented: fail closed, grant nothing.
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrInvalidState, "fencing tokens exhausted")
 	}
 	*e = entry{token: e.token + 1, owner: owner, acquiredAt: now, expiresAt: now.Add(ttl)}
 	return e.record(key), nil
@@ -115,6 +135,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // Renew implements [leaseapi.Backend].
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -133,6 +156,12 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 // order; it exists so the runtime's batching path has a reference.
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	out := make([]leaseapi.RenewResult, len(reqs))
+	if err := s.ready("renew batch"); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	for i, r := range reqs {
 		out[i].Record, out[i].Err = s.Renew(ctx, r.Record, r.TTL)
 	}
@@ -143,6 +172,9 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 // It returns the stored record of rec's grant.
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -158,6 +190,9 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 // Release implements [leaseapi.Backend].
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
+	if err := s.ready(op); err != nil {
+		return err
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
@@ -181,6 +216,9 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // Inspect implements [leaseapi.Inspector].
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
+	if err := s.ready(op); err != nil {
+		return leaseapi.Record{}, false, err
+	}
 	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
 	}
@@ -199,7 +237,11 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 // WatchRelease implements [leaseapi.ReleaseWatcher]. The channel receives
 // a value (buffer 1, coalescing; never closed) after key is released
 // through this Store. It starts nothing; stop removes the registration and
-// is safe to call more than once.
+// is safe to call more than once. On a Store that New did not make, the
+// channel never receives.
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
+	if s.ready("watch release") != nil {
+		return make(chan struct{}), func() {}
+	}
 	return s.watches.Watch(key, struct{}{})
 }
