@@ -1,64 +1,118 @@
 package mailbox
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // Call is a request carrying its own reply channel, the unit of
-// request/reply with an actor. Its reply channel has buffer 1, so the actor
-// replies without blocking even if the caller has given up: a departed
-// caller can never stall the actor. A Call is a small value; copies share
-// the reply channel.
+// request/reply with an actor. A Call is a small value; copies share one
+// exchange (the reply channel and the hand-over state).
+//
+// A Call is acted on at most once, and only if its caller still wants it:
+// the actor claims it with [Call.Take] before acting, and a caller whose
+// ctx ends while the call is still queued withdraws it. Exactly one of the
+// two wins (a compare-and-swap on the call's state), so a caller that saw
+// its ctx end either knows nothing was done or waits for the reply of what
+// is being done — never "canceled" while the actor acts.
+//
+// The reply channel has buffer 1, so the actor replies without blocking
+// even if the caller has gone: a departed caller can never stall the actor.
 type Call[Q, R any] struct {
 	// Req is the request.
 	Req Q
+	x   *exchange[R]
+}
+
+// exchange is what a caller and the actor share for one call.
+type exchange[R any] struct {
+	// state moves once, from pending to taken (by the actor) or to
+	// withdrawn (by the caller).
+	state atomic.Uint32
 	// reply receives at most one reply, sent by the actor; never closed.
 	reply chan R
 }
 
-// NewCall returns a Call for req with a fresh reply channel.
+const (
+	pending uint32 = iota
+	taken
+	withdrawn
+)
+
+// NewCall returns a pending Call for req with a fresh reply channel.
 func NewCall[Q, R any](req Q) Call[Q, R] {
-	return Call[Q, R]{Req: req, reply: make(chan R, 1)}
+	x := &exchange[R]{reply: make(chan R, 1)}
+	return Call[Q, R]{Req: req, x: x}
 }
+
+// Take claims the call for the actor. It reports false if the caller has
+// withdrawn it (its ctx ended while it was queued): the actor must then
+// skip it without acting or replying. After a true Take the caller waits
+// for the reply whatever its ctx does, so the actor must reply.
+func (c Call[Q, R]) Take() bool { return c.x.state.CompareAndSwap(pending, taken) }
 
 // Reply delivers r to the caller without blocking. Only the first reply is
 // kept; later ones are dropped.
 func (c Call[Q, R]) Reply(r R) {
 	select {
-	case c.reply <- r:
+	case c.x.reply <- r:
 	default:
 	}
 }
 
-// Wait returns the reply. It returns ctx's error if ctx ends first, and
+// Wait returns the reply. If ctx ends first and the actor has not taken
+// the call yet, Wait withdraws it and returns ctx's error: the actor will
+// never act on it. If the actor has taken it, Wait keeps waiting for the
+// reply (the actor bounds its own work) or for done. It returns
 // [ErrClosed] if done (the actor's exit channel) closes without a reply.
 func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
-	var zero R
 	select {
-	case r := <-c.reply:
+	case r := <-c.x.reply:
 		return r, nil
 	case <-ctx.Done():
-		return zero, ctx.Err()
-	case <-done:
-		// The actor may have replied just before it exited.
-		select {
-		case r := <-c.reply:
-			return r, nil
-		default:
-			return zero, ErrClosed
+		if c.x.state.CompareAndSwap(pending, withdrawn) {
+			var zero R
+			return zero, ctx.Err()
 		}
+		// Taken: the actor is acting on it and will reply.
+		select {
+		case r := <-c.x.reply:
+			return r, nil
+		case <-done:
+			return c.afterExit()
+		}
+	case <-done:
+		return c.afterExit()
 	}
 }
 
-// Request sends req to m and waits for the reply: the three-way select on
-// {send, ctx, done} and then on {reply, ctx, done}. Errors are ctx's error
-// or [ErrClosed].
+// afterExit answers a call whose actor has exited: the reply it may have
+// sent just before, else ErrClosed.
+func (c Call[Q, R]) afterExit() (R, error) {
+	select {
+	case r := <-c.x.reply:
+		return r, nil
+	default:
+		var zero R
+		return zero, ErrClosed
+	}
+}
+
+// Request sends req to m and waits for the reply. A ctx that is already
+// done sends nothing. Otherwise it is the three-way select on {send, ctx,
+// done} and then [Call.Wait]. Errors are ctx's error (nothing was or will
+// be done) or [ErrClosed].
 func Request[Q, R any](ctx context.Context, m *Mailbox[Call[Q, R]], done <-chan struct{}, req Q) (R, error) {
-	c := NewCall[Q, R](req)
 	var zero R
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
 	select {
 	case <-done:
 		return zero, ErrClosed
 	default:
 	}
+	c := NewCall[Q, R](req)
 	select {
 	case m.ch <- c:
 	case <-ctx.Done():

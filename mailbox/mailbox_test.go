@@ -208,3 +208,93 @@ func TestReplyBeforeExitIsDelivered(t *testing.T) {
 		t.Fatalf("Wait: got (%d, %v), want (7, nil)", got, err)
 	}
 }
+
+// TestWithdrawnCallIsNeverTaken: a caller whose ctx ends while its call is
+// queued withdraws it, and the actor's Take then refuses it: the call is
+// never acted on.
+func TestWithdrawnCallIsNeverTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[Call[int, int]](1)
+		done := make(chan struct{})
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := Request(ctx, m, done, 1)
+			errc <- err
+		}()
+		synctest.Wait() // queued, waiting for the reply
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Request withdrawn by its ctx: got %v, want context.Canceled", err)
+		}
+		c := <-m.Receive()
+		if c.Take() {
+			t.Fatal("Take of a withdrawn call: got true, want false")
+		}
+	})
+}
+
+// TestTakenCallWaitsForItsReply: once the actor has taken a call, the
+// caller's ctx ending no longer withdraws it: the caller gets the real
+// reply, so it never reports "canceled" for something that was done.
+func TestTakenCallWaitsForItsReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[Call[int, int]](1)
+		done := make(chan struct{})
+		ctx, cancel := context.WithCancel(t.Context())
+		type res struct {
+			v   int
+			err error
+		}
+		resc := make(chan res, 1)
+		go func() {
+			v, err := Request(ctx, m, done, 21)
+			resc <- res{v, err}
+		}()
+		c := <-m.Receive()
+		if !c.Take() {
+			t.Fatal("Take of a pending call: got false, want true")
+		}
+		cancel()
+		synctest.Wait() // the caller saw its ctx end and keeps waiting
+		c.Reply(c.Req * 2)
+		if r := <-resc; r.err != nil || r.v != 42 {
+			t.Fatalf("Request taken before its ctx ended: got (%d, %v), want (42, nil)", r.v, r.err)
+		}
+	})
+}
+
+// TestDoneContextSendsNothing: a Request with a ctx that is already done
+// never reaches the mailbox (no random choice between send and ctx.Done).
+func TestDoneContextSendsNothing(t *testing.T) {
+	m := New[Call[int, int]](1)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 400 {
+		if _, err := Request(ctx, m, nil, 1); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Request with a done ctx: got %v, want context.Canceled", err)
+		}
+	}
+	select {
+	case <-m.Receive():
+		t.Fatal("a Request with a done ctx was queued")
+	default:
+	}
+}
+
+// TestTakenCallAnsweredAtExit: a taken call whose actor exits after
+// replying delivers the reply even though done is closed.
+func TestTakenCallAnsweredAtExit(t *testing.T) {
+	c := NewCall[int, int](1)
+	if !c.Take() {
+		t.Fatal("Take: got false, want true")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	c.Reply(7)
+	done := make(chan struct{})
+	close(done)
+	if got, err := c.Wait(ctx, done); err != nil || got != 7 {
+		t.Fatalf("Wait: got (%d, %v), want (7, nil)", got, err)
+	}
+}
