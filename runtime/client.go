@@ -121,7 +121,8 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		c.unbounded = nb.NeverBlocks()
 	}
 	c.canAdopt = canAdopt(b)
-	if c.clk == nil {
+	wall := c.clk == nil
+	if wall {
 		c.clk = clock.New()
 	}
 	if c.owners == nil {
@@ -142,6 +143,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	c.sup = (&supervisor.Config{
 		Backend:      c.b,
 		Clock:        c.clk,
+		WallClock:    wall,
 		Life:         c.life,
 		CloseContext: c.closeContext,
 		Managed:      &c.managed,
@@ -249,15 +251,8 @@ func (c *Client) Close(ctx context.Context) error {
 		if len(c.sups) == 0 {
 			c.closeDrained()
 		}
-		sups := make([]*supervisor.Supervisor, 0, len(c.sups))
-		for s := range c.sups {
-			sups = append(sups, s)
-		}
 		c.mu.Unlock()
-		c.cancelLife() // every supervisor now releases under ctx and exits...
-		for _, s := range sups {
-			s.WakeForClose() // ...including the idle ones, woken here
-		}
+		c.cancelLife() // every supervisor now releases under ctx and exits
 	})
 	var err error
 	select {

@@ -68,12 +68,16 @@ func (h *Handle) Snapshot() Snapshot {
 }
 
 // Renew extends the lease now (compare owner and token, one backend call
-// bounded by the policy's OperationTimeout). ctx bounds only the wait: the
-// outcome is applied to the handle even if ctx ends first. Errors:
+// bounded by the policy's OperationTimeout). A ctx that is already done
+// sends nothing, and one that ends while the request waits behind other
+// work withdraws it: ErrCanceled/ErrTimeout then mean nothing was done.
+// Once the supervisor has taken the request, Renew waits for and reports
+// its real outcome, whatever ctx does. Errors:
 // ErrStaleOwner (the lease is gone: StateLost), ErrAmbiguousOutcome or
 // ErrBackendUnavailable (StateUncertain until a later success before the
 // deadline), ErrLost (the handle is Expired or Lost), ErrInvalidState
-// (released), ErrCanceled/ErrTimeout (ctx ended).
+// (released), ErrCanceled/ErrTimeout (ctx ended before the request was
+// taken: nothing was done).
 func (h *Handle) Renew(ctx context.Context) error { return h.s.Renew(ctx) }
 
 // Validate confirms with the backend that the lease is still this grant,
@@ -100,7 +104,8 @@ func (h *Handle) Release(ctx context.Context) error { return h.s.Release(ctx) }
 // channel. Errors: ErrInvalidState for a second call on one handle (even
 // after Stop) or a released handle, ErrLost for an Expired or Lost handle,
 // ErrCapacity when MaxManaged handles are already managed, ErrCanceled/
-// ErrTimeout if ctx ended (renewal may then have started: Release ends it).
+// ErrTimeout if ctx ended before the supervisor took the request (renewal
+// was then not started).
 func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
 	loss, err := h.s.StartManaged(ctx)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package supervisor is the per-lease actor of lease: one goroutine owns
 // one held lease, performs its backend calls one at a time, runs its
-// deadline and renewal timers, and is the only writer of its state. Callers
+// deadline and renewal timer, and is the only writer of its state. Callers
 // (the runtime's Handle and Managed) only send it messages and read the
 // immutable View it publishes through an atomic pointer.
 //
@@ -21,29 +21,59 @@
 //     admission until a Renew or Validate succeeds before the deadline.
 //     State reports Expired from the deadline on even before the actor has
 //     processed its timer, so admission ends on time without any I/O.
+//   - A request either happens or says so. A ctx already done sends
+//     nothing; a ctx that ends while the request is queued withdraws it
+//     (the actor skips it); a request the actor has taken is answered with
+//     its real outcome, whatever the caller's ctx did meanwhile.
 //   - Loss once. Managed renewal publishes at most one Loss on its channel
 //     and then closes it; a clean StopManaged or a release closes it with
 //     no value.
 //
 // # State model
 //
-// The rules live in two pure functions, plan (does this event need a
-// backend call?) and transition (the next View and the reply), which read
-// no clock, do no I/O and touch no channel; transition_test.go holds one
-// table row per rule. See leaseapi.State for the diagram.
+// Every rule lives in one pure function, step (core.go): the actor's state
+// and one event — a request (renew, validate, release, start or stop
+// managed), the outcome of the backend call the previous step started
+// (with its send instant), the timer (deadline or renewal due), the
+// client's close — give the next state and the effects for the loop:
+// publish the view, report the state change, deliver or close the loss
+// channel, give the managed slot back, reply, make a backend call, arm the
+// timer, exit. step reads no clock, does no I/O and touches no channel.
+// Managed renewal, loss publication and close are rows like the rest:
+// core_test.go has a named row per rule and drives every state × event
+// pair through step. See leaseapi.State for the state diagram.
+//
+// The loop (run.go) is one select with an inbox arm, a timer arm and a
+// close arm (the client's life context), preceded by a non-blocking look
+// at the close arm so that Close takes priority over queued work; one
+// deferred exit does all the cleanup.
+//
+// A backend call runs on the actor goroutine itself: the loop receives
+// nothing while it runs, and feeds its outcome to step as the next event.
+// The alternative, a short-lived goroutine per call whose result comes
+// back on a channel with the inbox arm disabled meanwhile, changes nothing
+// of what the actor may do during a call (it must not start another one,
+// and Close and the deadline are still honoured because the call's
+// context carries the client's life and the trust bound), and costs a
+// goroutine start and a hand-off per call.
 //
 // # Failure handling
 //
 // A request that arrives while the actor is busy waits in a bounded
-// mailbox; its caller's ctx bounds only that wait, never the backend call,
-// whose outcome is applied even if the caller has left (replies are
-// buffered, so a departed caller cannot stall the actor). After the actor
-// exits, requests are answered from the final View without blocking. Once
-// the client has begun closing, Close takes priority over queued work.
+// mailbox; its caller's ctx bounds that wait (ending it withdraws the
+// request), and once taken the request's backend call is bounded by the
+// policy's OperationTimeout. Replies are buffered, so a departed caller
+// cannot stall the actor. After the actor exits, requests are answered
+// from the final View without blocking. When the client closes, the actor
+// releases its lease under the close context and exits; a release that
+// failed or could not be confirmed is kept for CloseErr, so that the
+// client can report it.
 //
 // # What this package does not do
 //
 // It never retries a mutation on its own except managed renewal, which is
 // a fresh compare-and-renew each time; it never releases on StopManaged;
-// and it does not decide capacity (the runtime passes a Gate).
+// it does not decide capacity (the runtime passes a Gate); and it reports
+// state changes to a hook (Config.OnStateChange) without keeping or
+// counting them.
 package supervisor

@@ -7,7 +7,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/mailbox"
 )
@@ -31,6 +30,8 @@ type View struct {
 	// SafetyMargin. It equals LocalDeadline(SentAt) unless the last renewal
 	// was distrusted for clock skew (then it is the earlier one).
 	Deadline time.Time
+	// Managed reports whether managed renewal is on.
+	Managed bool
 	// Err is why the lease is Uncertain or terminal (nil when Active or
 	// Released); it matches exactly one sentinel.
 	Err error
@@ -44,10 +45,20 @@ type Loss struct {
 	Err   error
 }
 
+// StateChange is one transition of a lease's state, as the actor made it:
+// the local instant, the states before and after, the reason (the view's
+// Err after the change: nil for Active and Released) and the lease's token.
+type StateChange struct {
+	At       time.Time
+	From, To leaseapi.State
+	Cause    error
+	Token    leaseapi.Token
+}
+
 // Gate bounds how many supervisors may run managed renewal at once. Enter
 // reports whether a slot was taken (false fails StartManaged fast with
 // ErrCapacity); Leave gives one back. The supervisor calls Leave exactly
-// once for every successful Enter.
+// once for every successful Enter. Both must be safe for concurrent use.
 type Gate interface {
 	Enter() bool
 	Leave()
@@ -59,10 +70,14 @@ type Gate interface {
 type Config struct {
 	Backend leaseapi.Backend
 	Clock   clock.Clock
+	// WallClock says Clock is the wall clock (clock.New()): the actor then
+	// uses the time package's timers directly, which saves the clock
+	// package's wrapper per lease. Leave it false for any other clock.
+	WallClock bool
 	// Life bounds every backend call of the supervisor except the release
-	// on close. When it is canceled (the client starts closing), the
-	// supervisor releases its lease best effort under CloseContext() and
-	// exits; queued requests are then answered from the final view.
+	// on close. Its Done channel is the client's close signal: the
+	// supervisor then releases its lease best effort under CloseContext()
+	// and exits; queued requests are answered from the final view.
 	Life context.Context
 	// CloseContext returns the context that bounds the release on close
 	// (the one passed to Client.Close); nil means context.Background, still
@@ -73,14 +88,17 @@ type Config struct {
 	// OnExit, if set, is called once from the supervisor goroutine after
 	// the final view is published and Done is closed.
 	OnExit func(*Supervisor)
+	// OnStateChange, if set, is called on the supervisor goroutine after
+	// each change of a lease's state, after the new view is published and
+	// before the reply to the request that caused it. It must not block:
+	// the lease's renewals and replies wait for it.
+	OnStateChange func(StateChange)
 	// Unbounded skips the OperationTimeout timer around backend calls, for
 	// a backend that never blocks (leaseapi.NonBlocking).
 	Unbounded bool
 	// Renewer performs renewals; nil means Backend.Renew. The runtime
 	// passes a batching renewer for backends that renew in batches.
 	Renewer Renewer
-
-	realClock bool // Clock is the wall clock (set by Defaults), see timer
 }
 
 // Grant is the acquisition a supervisor starts from: the record and the
@@ -96,22 +114,6 @@ type Renewer interface {
 	Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error)
 }
 
-type request uint8
-
-const (
-	reqRenew request = iota + 1
-	reqValidate
-	reqRelease
-	reqStartManaged
-	reqStopManaged
-	reqClose // sent by the client after canceling Life, to wake an idle actor
-)
-
-type reply struct {
-	err  error
-	loss <-chan Loss // set by a successful reqStartManaged
-}
-
 // call is one request with its reply channel. Reply channels are not
 // pooled: a channel shared across testing/synctest bubbles would crash the
 // tests of every user who runs this library inside synctest.
@@ -123,7 +125,7 @@ type call = mailbox.Call[request, reply]
 const inboxSize = 2
 
 // Supervisor owns one held lease: it is the only writer of the lease's
-// view, runs its timers and performs its backend calls, one at a time. Its
+// view, runs its timer and performs its backend calls, one at a time. Its
 // methods are safe for concurrent use by multiple goroutines; the read
 // methods never block.
 type Supervisor struct {
@@ -138,43 +140,35 @@ type Supervisor struct {
 	// it when it exits, after the final view.
 	inbox mailbox.Mailbox[call]
 
-	// managed mirrors whether managed renewal is on, for readers; only the
-	// actor writes it.
-	managed atomic.Bool
+	// closeErr is written by the actor before it closes done and read
+	// only after done: why the release on close was not confirmed.
+	closeErr error
 
 	// Actor-owned state below: touched only by the run goroutine.
-	timer       timer     // armed at the deadline or the next renewal; created at the first park
-	renewDue    time.Time // next managed renewal; meaningful while managed
-	loss        chan Loss // buffer 1: at most one Loss, then closed
-	everManaged bool
-	called      bool // the last step called the backend: continue on a fresh goroutine
+	st    core
+	timer timer     // armed at core.wakeAt
+	armed time.Time // the instant timer is armed at
+	// loss carries the managed lease's Loss: buffer 1, at most one value,
+	// sent and closed by the actor; the runtime's Managed receives.
+	loss chan Loss
 }
 
 // Start spawns the supervisor goroutine for grant g under policy p and
 // returns at once. cfg must have been through Defaults and is not copied.
-// The actor runs until the lease reaches a terminal state (Released, Lost,
-// Expired) or until cfg.Life is canceled; Done is closed then. (After each
-// backend call it moves to a fresh goroutine, see run; one goroutine at a
-// time.)
+// The goroutine runs until the lease reaches a terminal state (Released,
+// Lost, Expired) or cfg.Life ends (then it releases the lease first);
+// Done is closed as it exits.
 func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 	s := &Supervisor{cfg: cfg, policy: p}
 	s.inbox.Init(inboxSize)
-	v := &View{
-		Record:     g.Record,
-		AcquiredAt: g.Record.AcquiredAt,
-		State:      leaseapi.StateActive,
-		SentAt:     g.SentAt,
-		RecvAt:     g.RecvAt,
-		Deadline:   g.Record.LocalDeadline(g.SentAt, p),
-	}
-	s.view.Store(v)
+	s.st = newCore(&s.policy, g)
+	s.publish()
 	go s.run()
 	return s
 }
 
 // Defaults fills in the zero fields of cfg that have defaults (Life,
-// Renewer), notes whether Clock is the wall clock, and returns cfg; call it
-// once before sharing cfg.
+// Renewer) and returns cfg; call it once before sharing cfg.
 func (cfg *Config) Defaults() *Config {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
@@ -182,12 +176,11 @@ func (cfg *Config) Defaults() *Config {
 	if cfg.Renewer == nil {
 		cfg.Renewer = cfg.Backend
 	}
-	cfg.realClock = isRealClock(cfg.Clock)
 	return cfg
 }
 
 // Managed reports whether managed renewal is on. It never blocks.
-func (s *Supervisor) Managed() bool { return s.managed.Load() }
+func (s *Supervisor) Managed() bool { return s.view.Load().Managed }
 
 // View returns the last published view (never nil). It never blocks.
 func (s *Supervisor) View() *View { return s.view.Load() }
@@ -195,101 +188,74 @@ func (s *Supervisor) View() *View { return s.view.Load() }
 // State returns the lease's state at the local instant now: the published
 // state, except that Active and Uncertain read as Expired from the deadline
 // on, before the actor has processed its timer. It never blocks or does I/O.
-func (s *Supervisor) State(now time.Time) leaseapi.State {
-	v := s.view.Load()
-	if !v.State.Terminal() && !now.Before(v.Deadline) {
-		return leaseapi.StateExpired
-	}
-	if mutant.On(mutant.UncertainAdmits) && v.State == leaseapi.StateUncertain {
-		return leaseapi.StateActive
-	}
-	return v.State
-}
+func (s *Supervisor) State(now time.Time) leaseapi.State { return stateAt(s.view.Load(), now) }
 
 // Done returns a channel closed when the supervisor goroutine has exited.
 func (s *Supervisor) Done() <-chan struct{} { return s.inbox.Closed() }
 
+// CloseErr reports, once Done is closed, why the release the supervisor
+// made when the client closed failed or could not be confirmed (the lease
+// may then be held on the backend until its TTL runs out); nil if it was
+// released, or if it ended otherwise. Before Done it returns nil.
+func (s *Supervisor) CloseErr() error {
+	select {
+	case <-s.Done():
+		return s.closeErr
+	default:
+		return nil
+	}
+}
+
 // Renew asks the actor to renew the lease now and waits for the outcome.
-// ctx bounds only the wait; the backend call is bounded by the policy's
-// OperationTimeout and its outcome is applied even if ctx ends first.
-func (s *Supervisor) Renew(ctx context.Context) error { return s.ask(ctx, reqRenew, "renew").err }
+// A ctx already done sends nothing; a ctx that ends while the request is
+// queued withdraws it (ErrCanceled/ErrTimeout: nothing was done); once the
+// actor has taken the request, Renew waits for its outcome, which the
+// policy's OperationTimeout bounds.
+func (s *Supervisor) Renew(ctx context.Context) error { return s.ask(ctx, reqRenew).err }
 
 // Validate asks the actor to confirm the lease with the backend. Success
-// restores Active from Uncertain (before the deadline) without extending it.
-func (s *Supervisor) Validate(ctx context.Context) error {
-	return s.ask(ctx, reqValidate, "validate").err
-}
+// restores Active from Uncertain (before the deadline) without extending
+// it. ctx as for Renew.
+func (s *Supervisor) Validate(ctx context.Context) error { return s.ask(ctx, reqValidate).err }
 
 // Release asks the actor to release the lease (compare-and-release).
 // Idempotent: after a successful release it returns nil. It ends managed
 // renewal before the backend call, whatever the call's outcome (the loss
-// channel closes without a value).
-func (s *Supervisor) Release(ctx context.Context) error {
-	return s.ask(ctx, reqRelease, "release").err
-}
+// channel closes without a value). ctx as for Renew.
+func (s *Supervisor) Release(ctx context.Context) error { return s.ask(ctx, reqRelease).err }
 
 // StartManaged turns on managed renewal and returns the loss channel: it
 // yields at most one Loss and is then closed (without a value on a clean
 // stop or release). A second call is ErrInvalidState; a full Gate is
-// ErrCapacity.
+// ErrCapacity. ctx as for Renew: a canceled call never starts renewal.
 func (s *Supervisor) StartManaged(ctx context.Context) (<-chan Loss, error) {
-	r := s.ask(ctx, reqStartManaged, "start managed")
+	r := s.ask(ctx, reqStartManaged)
 	return r.loss, r.err
 }
 
 // StopManaged turns managed renewal off and closes the loss channel without
 // a value. It never releases. Idempotent; nil after the supervisor exited.
-func (s *Supervisor) StopManaged(ctx context.Context) error {
-	return s.ask(ctx, reqStopManaged, "stop managed").err
-}
-
-// WakeForClose nudges an idle actor after its Life was canceled, without
-// blocking: it queues a close request if there is room. If there is none,
-// the actor is busy and sees the canceled Life before its next wait.
-func (s *Supervisor) WakeForClose() {
-	_ = s.inbox.TrySend(mailbox.NewCall[request, reply](reqClose))
-}
+func (s *Supervisor) StopManaged(ctx context.Context) error { return s.ask(ctx, reqStopManaged).err }
 
 // ask is the caller side of every request: send, wait, and answer from the
 // final view when the actor has exited.
-func (s *Supervisor) ask(ctx context.Context, r request, op string) reply {
+func (s *Supervisor) ask(ctx context.Context, r request) reply {
 	if ctx == nil {
-		return reply{err: leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")}
+		return reply{err: leaseapi.NewError(r.String(), leaseapi.ErrInvalidState, "nil context")}
 	}
 	rep, err := mailbox.Request(ctx, &s.inbox, s.inbox.Closed(), r)
 	switch {
 	case err == nil:
 		return rep
 	case err == mailbox.ErrClosed:
-		return s.finalReply(r)
+		return finalReply(s.view.Load().State, r)
 	}
-	return reply{err: leaseapi.ContextError(op, err)}
+	return reply{err: leaseapi.ContextError(r.String(), err)}
 }
 
-// finalReply answers a request after the actor has exited, from the final
-// view: never blocks, never panics, fails closed.
-func (s *Supervisor) finalReply(r request) reply {
-	st := s.view.Load().State
-	switch r {
-	case reqStopManaged:
-		return reply{}
-	case reqStartManaged:
-		if st == leaseapi.StateReleased {
-			return reply{err: leaseapi.NewError("start managed", leaseapi.ErrInvalidState, "lease released")}
-		}
-		return reply{err: leaseapi.NewError("start managed", leaseapi.ErrLost, "")}
-	}
-	return reply{err: terminalReply(st, toEvent(r))}
-}
-
-func toEvent(r request) event {
-	switch r {
-	case reqRenew:
-		return evRenew
-	case reqValidate:
-		return evValidate
-	case reqRelease:
-		return evRelease
-	}
-	return 0
+// publish stores a copy of the core's view as the published View.
+func (s *Supervisor) publish() {
+	v := new(View)
+	*v = s.st.view
+	s.view.Store(v)
 }
