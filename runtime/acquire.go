@@ -42,6 +42,8 @@ func (c *Client) Acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
 	const op = "acquire"
 	switch {
+	case !c.usable():
+		return nil, errUnusable(op)
 	case ctx == nil:
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	case key.IsZero():

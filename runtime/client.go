@@ -169,13 +169,21 @@ func cmpOr(v, def uint32) uint32 {
 }
 
 // Managed returns how many handles are under managed renewal now.
-func (c *Client) Managed() int { return int(c.managed.n.Load()) }
+func (c *Client) Managed() int {
+	if !c.usable() {
+		return 0
+	}
+	return int(c.managed.n.Load())
+}
 
 // Held returns how many handles of this client have a live supervisor. A
 // supervisor exits just after its lease ends (the Release reply is sent
 // first), so a count read right after Release may still include it; wait
 // on Handle.Done for an exact figure.
 func (c *Client) Held() int {
+	if !c.usable() {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.sups)
@@ -241,6 +249,9 @@ func (c *Client) closeDrained() {
 // their calls are canceled) and returns an error matching ErrTimeout or
 // ErrCanceled. Close is idempotent: later calls wait for the same shutdown.
 func (c *Client) Close(ctx context.Context) error {
+	if !c.usable() {
+		return errUnusable("close")
+	}
 	if ctx == nil {
 		return leaseapi.NewError("close", leaseapi.ErrInvalidState, "nil context")
 	}

@@ -21,31 +21,41 @@ type Handle struct {
 }
 
 // Key returns the lease's key.
-func (h *Handle) Key() leaseapi.Key { return h.s.View().Record.Key }
+func (h *Handle) Key() leaseapi.Key { return h.view().Record.Key }
 
 // Owner returns the owner id of this acquisition.
-func (h *Handle) Owner() string { return h.s.View().Record.Owner }
+func (h *Handle) Owner() string { return h.view().Record.Owner }
 
 // Token returns the fencing token: pass it with every protected write.
 // It never changes for a handle.
-func (h *Handle) Token() leaseapi.Token { return h.s.View().Record.Token }
+func (h *Handle) Token() leaseapi.Token { return h.view().Record.Token }
 
 // AcquiredAt returns the backend time of the acquisition.
-func (h *Handle) AcquiredAt() time.Time { return h.s.View().AcquiredAt }
+func (h *Handle) AcquiredAt() time.Time { return h.view().AcquiredAt }
 
 // Deadline returns the local instant from which the holder must not act:
 // the send time of the request that granted or last renewed the lease, plus
 // the TTL, minus the safety margin.
-func (h *Handle) Deadline() time.Time { return h.s.View().Deadline }
+func (h *Handle) Deadline() time.Time { return h.view().Deadline }
 
 // State returns the lease's state now. Only StateActive admits protected
 // work; it is never reported at or after Deadline, even before the
 // supervisor has noticed the deadline.
-func (h *Handle) State() leaseapi.State { return h.s.State(h.c.clk.Now()) }
+func (h *Handle) State() leaseapi.State {
+	if !h.usable() {
+		return 0
+	}
+	return h.s.State(h.c.clk.Now())
+}
 
 // Done returns a channel closed when the lease has reached a terminal state
 // and its supervisor has exited (like etcd's Session.Done).
-func (h *Handle) Done() <-chan struct{} { return h.s.Done() }
+func (h *Handle) Done() <-chan struct{} {
+	if !h.usable() {
+		return closedDone
+	}
+	return h.s.Done()
+}
 
 // Snapshot is a consistent view of a handle.
 type Snapshot struct {
@@ -63,6 +73,9 @@ type Snapshot struct {
 
 // Snapshot returns the handle's current view in one consistent read.
 func (h *Handle) Snapshot() Snapshot {
+	if !h.usable() {
+		return Snapshot{Err: errUnusable("snapshot")}
+	}
 	v := h.s.View()
 	return Snapshot{Record: v.Record, State: h.s.State(h.c.clk.Now()), Deadline: v.Deadline, Managed: h.s.Managed(), Err: v.Err}
 }
@@ -78,12 +91,22 @@ func (h *Handle) Snapshot() Snapshot {
 // deadline), ErrLost (the handle is Expired or Lost), ErrInvalidState
 // (released), ErrCanceled/ErrTimeout (ctx ended before the request was
 // taken: nothing was done).
-func (h *Handle) Renew(ctx context.Context) error { return h.s.Renew(ctx) }
+func (h *Handle) Renew(ctx context.Context) error {
+	if !h.usable() {
+		return errUnusable("renew")
+	}
+	return h.s.Renew(ctx)
+}
 
 // Validate confirms with the backend that the lease is still this grant,
 // without extending it. Success restores StateActive from StateUncertain
 // if the deadline has not passed. Errors as [Handle.Renew].
-func (h *Handle) Validate(ctx context.Context) error { return h.s.Validate(ctx) }
+func (h *Handle) Validate(ctx context.Context) error {
+	if !h.usable() {
+		return errUnusable("validate")
+	}
+	return h.s.Validate(ctx)
+}
 
 // Release gives the lease back (compare owner and token). It is idempotent:
 // once a release succeeded, later calls return nil. A release that may or
@@ -95,7 +118,12 @@ func (h *Handle) Validate(ctx context.Context) error { return h.s.Validate(ctx) 
 // channel closes without a value, and a handle whose release failed is not
 // renewed again (it expires at its deadline unless a later Release
 // succeeds).
-func (h *Handle) Release(ctx context.Context) error { return h.s.Release(ctx) }
+func (h *Handle) Release(ctx context.Context) error {
+	if !h.usable() {
+		return errUnusable("release")
+	}
+	return h.s.Release(ctx)
+}
 
 // StartManaged starts managed renewal: the supervisor renews every
 // RenewEvery (measured from the last successful renewal's send time) and
@@ -107,6 +135,9 @@ func (h *Handle) Release(ctx context.Context) error { return h.s.Release(ctx) }
 // ErrTimeout if ctx ended before the supervisor took the request (renewal
 // was then not started).
 func (h *Handle) StartManaged(ctx context.Context) (*Managed, error) {
+	if !h.usable() {
+		return nil, errUnusable("start managed")
+	}
 	loss, err := h.s.StartManaged(ctx)
 	if err != nil {
 		return nil, err
@@ -128,10 +159,20 @@ type Managed struct {
 
 // Loss returns a channel that yields at most one Loss and is then closed.
 // It is closed without a value after Stop or a successful Release.
-func (m *Managed) Loss() <-chan Loss { return m.loss }
+func (m *Managed) Loss() <-chan Loss {
+	if !m.usable() {
+		return closedLoss
+	}
+	return m.loss
+}
 
 // Stop stops renewal and waits for the supervisor to confirm; it never
 // releases (call Handle.Release for that). The lease then lasts until its
 // deadline unless renewed by hand. Idempotent; nil once the lease has ended.
 // ctx bounds the wait (ErrCanceled/ErrTimeout).
-func (m *Managed) Stop(ctx context.Context) error { return m.s.StopManaged(ctx) }
+func (m *Managed) Stop(ctx context.Context) error {
+	if !m.usable() {
+		return errUnusable("stop managed")
+	}
+	return m.s.StopManaged(ctx)
+}

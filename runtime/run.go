@@ -19,6 +19,9 @@ import (
 // at its TTL. The goroutine Run starts to watch for loss exits before Run
 // returns.
 func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, fn func(ctx context.Context, h *Handle) error) (err error) {
+	if !c.usable() {
+		return errUnusable("run")
+	}
 	if fn == nil {
 		return leaseapi.NewError("run", leaseapi.ErrInvalidState, "nil function")
 	}
