@@ -42,6 +42,13 @@ type unit struct {
 // [leaseapi.ErrBackendUnavailable].
 func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
 	const op = "renew batch"
+	if s.zero() {
+		out := make([]leaseapi.RenewResult, len(reqs))
+		for i := range out {
+			out[i].Err = errZeroStore(op)
+		}
+		return out
+	}
 	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
 	if len(valid) == 0 {
 		return out

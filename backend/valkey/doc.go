@@ -31,7 +31,8 @@
 //   - Fencing tokens strictly increase per key across release, expiry and
 //     client reconnects: the counter key is incremented by every
 //     acquisition and is never deleted, expired or decremented by this
-//     package. How it survives server restarts and failovers is the next
+//     package. Tokens are exact up to 2^53 - 1 (Lua numbers are doubles);
+//     an acquisition that would need a larger one fails closed. How it survives server restarts and failovers is the next
 //     section but one.
 //   - Compare-and-act: Renew, Validate, Release and Guard compare owner AND
 //     token inside the script. Release is idempotent for the key's latest
@@ -42,16 +43,23 @@
 //
 // # Key layout
 //
-// A lease key "ns/name" under prefix P owns two server keys sharing the hash
-// tag {P:E}, where E is "ns/name" with '%', '{', '}' and ':' escaped as %25,
-// %7B, %7D and %3A (so a key's own braces cannot end the tag early, and no
-// two (prefix, key) pairs share a tag):
+// A lease key "ns/name" under prefix P owns two server keys, both starting
+// with "P:" and sharing the hash tag {E}, where E is "ns/name" with '%',
+// '{', '}' and ':' escaped as %25, %7B, %7D and %3A (so a key's own braces
+// cannot end the tag early, and no two (prefix, key) pairs share a name):
 //
-//	{P:E}:lease         hash: owner, token, acquired, expires (µs since the
+//	P:{E}:lease         hash: owner, token, acquired, expires (µs since the
 //	                    epoch, server time); deleted by Release, expired by
 //	                    the server 1ms after the grant's expiry
-//	{P:E}:token         string: the last token issued; never expires
-//	{P:E}:cache:NAME    Guard's cache values ([Store.CacheKey])
+//	P:{E}:token         string: the last token issued; never expires
+//	P:{E}:cache:NAME    Guard's cache values ([Store.CacheKey])
+//
+// Every key of a Store starts with its prefix and a colon, so an ACL user
+// limited to the Store's keys and channel ("~P:*" and "&P:*", plus the
+// commands +evalsha +eval +subscribe, and +wait for [Options.WaitReplicas])
+// can run it, and "SCAN MATCH P:*" lists its keys (both tested). The hash
+// tag is the escaped lease key alone: the leases of different prefixes with
+// the same key share a cluster slot, never a key.
 //
 // Every script touches keys of one tag only, so every operation works on a
 // Valkey/Redis Cluster without CROSSSLOT errors (the script shebang also
@@ -199,6 +207,22 @@
 //     [leaseapi.ErrTimeout], nothing sent;
 //   - a failed dial, no node known for the slot: nothing was sent,
 //     [leaseapi.ErrBackendUnavailable];
+//   - a closed valkey-go client (vk.ErrClosing): a call made after Close
+//     is refused unsent, [leaseapi.ErrBackendUnavailable], "client closed".
+//     valkey-go v1.0.79 also answers ErrClosing to a command that was
+//     already written when Close was called and that the server then left
+//     unanswered for a second (Close's escape timer); such a mutation may
+//     have run although it is reported as not applied. Each such reading
+//     errs on the safe side: an acquisition thought refused leaves at most
+//     an orphan grant that expires at its TTL, a renewal thought refused
+//     only shortens the holder's trust, a release thought refused keeps
+//     the caller believing it may still hold the key, and a Guard write
+//     that happened was checked against the live grant. Close the client
+//     only after the Store's calls returned;
+//   - an acquisition whose token the scripts cannot represent exactly
+//     (the counter at or above 2^53 - 1, or not an integer):
+//     [leaseapi.ErrInvalidState], nothing granted (the counter may have
+//     moved, which never lowers a token);
 //   - a mutation that the server ran past its not-after bound (see above):
 //     it wrote nothing, [leaseapi.ErrBackendUnavailable], "not applied";
 //   - an error reply from the server (LOADING, BUSY, OOM, READONLY, MOVED

@@ -23,6 +23,12 @@ import (
 //     script starts): [leaseapi.ErrBackendUnavailable].
 //   - A failure to dial or to find a node for the slot happened before
 //     anything was sent: [leaseapi.ErrBackendUnavailable].
+//   - vk.ErrClosing: the valkey-go client was closed, and a call made
+//     after that is refused without being sent:
+//     [leaseapi.ErrBackendUnavailable]. (valkey-go v1.0.79 also gives
+//     ErrClosing to a command already written when Close was called and
+//     the server then stayed silent for a second; see "Failure handling"
+//     in the package doc for why that answer is still safe.)
 //   - Anything else (a context that ended while the call was in flight, a
 //     reset connection, an I/O timeout, the client closing) may have hit
 //     after the command was written. For a mutation that is
@@ -40,6 +46,9 @@ func classify(err error, mutation bool) error {
 	var ve *vk.ValkeyError
 	if errors.As(err, &ve) {
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "server refused the command")
+	}
+	if errors.Is(err, vk.ErrClosing) {
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "client closed")
 	}
 	if beforeSend(err) {
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "no connection to the server")

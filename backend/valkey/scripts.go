@@ -39,7 +39,8 @@ import (
 //     clock.go. The bound is checked first, before any other read.
 //
 // Lua numbers are doubles: tokens and microsecond timestamps stay exact up
-// to 2^53 (a token counter that large would take millennia to reach).
+// to 2^53. Microsecond timestamps reach it in the year 2255; tokens are
+// bounded by maxToken.
 const (
 	statusOK        = 1 // applied; further elements carry the record
 	statusContended = 2 // a live grant exists
@@ -47,7 +48,18 @@ const (
 	statusGone      = 4 // Release: rec's grant already ended, no later grant
 	statusFree      = 5 // Inspect: no live grant; element 2 is the last token
 	statusLate      = 6 // past the request's not-after bound, nothing written; element 2 is now
+	statusBadToken  = 7 // Acquire: the counter cannot give an exact token; nothing granted
 )
+
+// maxToken is the largest token the scripts issue: 2^53 - 1, the largest
+// integer below which every integer is exact in a Lua number (a double).
+// INCR's reply becomes a Lua number, so a larger counter would hand out
+// rounded, repeated tokens: the acquire script refuses instead
+// (statusBadToken, nothing granted; the counter has moved past it already,
+// which never lowers a token). Counting from 1 at a million acquisitions a
+// second, it is reached after 285 years; it is reached at once only if an
+// operator seeds the counter that high.
+const maxToken = 1<<53 - 1
 
 // wrap makes a script of a body that returns an array: the shebang line
 // (with its flags), then the body as a function whose result gets the
@@ -74,8 +86,9 @@ end
 `
 
 // srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs), id.
-// Returns {statusLate, now}, {statusContended} or
-// {statusOK, token, acquired, expires}.
+// Returns {statusLate, now}, {statusContended}, {statusBadToken} (the
+// counter is not an integer, is at its maximum or gave a token above
+// maxToken: nothing granted) or {statusOK, token, acquired, expires}.
 var srcAcquire = wrap("#!lua", luaNow+`
 local na = tonumber(ARGV[3])
 `+luaLate+`
@@ -83,7 +96,10 @@ local h = redis.call('HMGET', KEYS[1], 'owner', 'expires')
 if h[1] and tonumber(h[2]) > now then
   return {2}
 end
-local tok = redis.call('INCR', KEYS[2])
+local tok = redis.pcall('INCR', KEYS[2])
+if type(tok) ~= 'number' or tok > 9007199254740991 then
+  return {7}
+end
 local exp = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s(tok), 'acquired', s(now), 'expires', s(exp))
 redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
@@ -167,13 +183,14 @@ return {1}
 
 // srcInspect: KEYS lease, token; ARGV id. Writes nothing.
 // Returns {statusOK, token, acquired, expires, owner} for a live grant,
-// else {statusFree, lastToken}.
+// else {statusFree, lastToken} with lastToken the counter's text (exact
+// whatever its value).
 var srcInspect = wrap("#!lua flags=no-writes", luaNow+`
 local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'expires')
 if h[1] and tonumber(h[4]) > now then
   return {1, tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), h[1]}
 end
-return {5, tonumber(redis.call('GET', KEYS[2]) or '0')}
+return {5, redis.call('GET', KEYS[2]) or '0'}
 `)
 
 // srcGuard: KEYS lease, cache; ARGV owner, token, value, px (ms, "0" for

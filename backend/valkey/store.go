@@ -78,6 +78,11 @@ type Options struct {
 // [leaseapi.ErrAmbiguousOutcome] (see "Failure handling" in the package
 // doc). No operation is retried. The Backend methods keep working after
 // [Store.Close], which only stops release notifications.
+//
+// A Store not made by [New] (the zero value, or a nil *Store) does no I/O:
+// every method returns [leaseapi.ErrInvalidState] (RenewBatch for every
+// element), CanAdopt is false, WatchRelease's channel never receives and
+// Close does nothing.
 type Store struct {
 	client       vk.Client
 	prefix       string
@@ -133,6 +138,14 @@ func New(client vk.Client, o Options) (*Store, error) {
 	return s, nil
 }
 
+// errZeroStore is the answer of every method of a Store not made by New.
+func errZeroStore(op string) error {
+	return leaseapi.NewError(op, leaseapi.ErrInvalidState, "store not made by valkey.New")
+}
+
+// zero reports a Store not made by New (the zero value or nil).
+func (s *Store) zero() bool { return s == nil || s.client == nil }
+
 func validPrefix(p string) bool {
 	if p == "" || len(p) > MaxPrefixBytes {
 		return false
@@ -146,9 +159,10 @@ func validPrefix(p string) bool {
 }
 
 // escape makes a key's text safe inside the hash tag: '%', '{', '}' and ':'
-// become %25, %7B, %7D and %3A. The mapping is injective, and since the
-// escaped text holds no ':' the last ':' inside the tag separates the prefix
-// from the key, so different (prefix, key) pairs never share a tag.
+// become %25, %7B, %7D and %3A. The mapping is injective, and the escaped
+// text holds no brace, so a key's own braces can never end the tag early
+// (the colon is escaped too, so that the text reads the same in every
+// place it appears: key names, release messages, the audit).
 func escape(s string) string {
 	if !strings.ContainsAny(s, "%{}:") {
 		return s
@@ -172,21 +186,28 @@ func escape(s string) string {
 	return b.String()
 }
 
-// ident is the text inside a key's hash tag after the prefix; it is also
-// the payload of the key's release notification.
+// ident is the text inside a key's hash tag; it is also the payload of the
+// key's release notification.
 func ident(k leaseapi.Key) string { return escape(k.Namespace()) + "/" + escape(k.Name()) }
 
-// tag returns "{prefix:escaped-key}", the hash tag shared by every key of k.
+// tag returns "prefix:{escaped-key}", the start shared by every server key
+// of k: the prefix first (so ACL key patterns and SCAN MATCH on "prefix:*"
+// cover every key of the Store), then the hash tag. The prefix holds no
+// brace and the escaped key no brace or colon, so the tag is the whole
+// escaped key and no two (prefix, key) pairs share a start.
 func (s *Store) tag(k leaseapi.Key) string {
-	return "{" + s.prefix + ":" + ident(k) + "}"
+	return s.prefix + ":{" + ident(k) + "}"
 }
 
-// Keys returns the names of k's two server keys: the lease hash
-// (fields owner, token, acquired, expires; deleted on release and expired
-// by the server shortly after the grant's expiry) and the token counter
-// (never deleted or expired). They are exposed for operators' tooling; do
-// not write them. The zero key returns two empty strings.
+// Keys returns the names of k's two server keys: the lease key (deleted
+// on release, expired by the server at the grant's expiry) and the token
+// counter (never deleted or expired). See "Key layout" in the package
+// doc. They are exposed for operators' tooling; do not write them. The
+// zero key (or a zero Store) returns two empty strings.
 func (s *Store) Keys(k leaseapi.Key) (lease, token string) {
+	if s.zero() {
+		return "", ""
+	}
 	lease, token, _ = s.names(k)
 	return lease, token
 }
@@ -200,15 +221,14 @@ func (s *Store) names(k leaseapi.Key) (lease, token, id string) {
 	}
 	ns, name := escape(k.Namespace()), escape(k.Name())
 	const leaseSuffix, tokenSuffix = "}:lease", "}:token"
-	head := 1 + len(s.prefix) + 1 // "{prefix:"
+	head := len(s.prefix) + 2 // "prefix:{"
 	idLen := len(ns) + 1 + len(name)
 	n := head + idLen + len(leaseSuffix)
 	var b strings.Builder
 	b.Grow(2 * n)
 	for _, suffix := range [2]string{leaseSuffix, tokenSuffix} {
-		b.WriteByte('{')
 		b.WriteString(s.prefix)
-		b.WriteByte(':')
+		b.WriteString(":{")
 		b.WriteString(ns)
 		b.WriteByte('/')
 		b.WriteString(name)
@@ -226,6 +246,9 @@ func (s *Store) names(k leaseapi.Key) (lease, token, id string) {
 // [leaseapi.ErrInvalidState].
 func (s *Store) CacheKey(k leaseapi.Key, name string) (string, error) {
 	const op = "cache key"
+	if s.zero() {
+		return "", errZeroStore(op)
+	}
 	if err := k.Check(); err != nil {
 		return "", leaseapi.Wrap(err, op)
 	}
@@ -242,7 +265,7 @@ func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10
 // grant decodes {status, token, acquired, expires} into a record of key and
 // owner.
 func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool) {
-	if len(vals) != 4 || vals[1] <= 0 || vals[3] <= vals[2] {
+	if len(vals) != 4 || vals[1] <= 0 || vals[1] > maxToken || vals[3] <= vals[2] {
 		return leaseapi.Record{}, false
 	}
 	return leaseapi.Record{
@@ -280,6 +303,8 @@ func acquireResult(vals []int64, key leaseapi.Key, owner, op string) (leaseapi.R
 		return leaseapi.Record{}, errLate(op)
 	case len(vals) == 1 && vals[0] == statusContended:
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	case len(vals) == 1 && vals[0] == statusBadToken:
+		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrInvalidState, "token counter exhausted or corrupt: nothing granted")
 	case len(vals) == 0 || vals[0] != statusOK:
 		return leaseapi.Record{}, protocolError(op, true)
 	}
@@ -311,7 +336,7 @@ func renewResult(vals []int64, rec leaseapi.Record, op string) (leaseapi.Record,
 // grant read back from the primary is no proof that any replica has it, so
 // the runtime must not adopt an acquisition whose reply was lost; it fails
 // with ErrAmbiguousOutcome and the grant, if any, expires at its TTL.
-func (s *Store) CanAdopt() bool { return s.waitReplicas == 0 }
+func (s *Store) CanAdopt() bool { return !s.zero() && s.waitReplicas == 0 }
 
 // TryAcquire implements [leaseapi.Backend]: one script grants key to owner
 // for ttl (server time) unless a live grant exists ([leaseapi.ErrContended],
@@ -326,6 +351,9 @@ func (s *Store) CanAdopt() bool { return s.waitReplicas == 0 }
 // [leaseapi.ErrBackendUnavailable].
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
+	if s.zero() {
+		return leaseapi.Record{}, errZeroStore(op)
+	}
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -402,6 +430,9 @@ func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, 
 // ([leaseapi.ErrBackendUnavailable]).
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
+	if s.zero() {
+		return leaseapi.Record{}, errZeroStore(op)
+	}
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -432,6 +463,9 @@ func (s *Store) decodeRenew(res vk.ValkeyResult, id int64, rec leaseapi.Record, 
 // to a replica, which could lag behind a release).
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
+	if s.zero() {
+		return errZeroStore(op)
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -460,6 +494,9 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 // Release is safe.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
+	if s.zero() {
+		return errZeroStore(op)
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
@@ -490,6 +527,9 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 // [leaseapi.ErrBackendUnavailable].
 func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record, bool, error) {
 	const op = "inspect"
+	if s.zero() {
+		return leaseapi.Record{}, false, errZeroStore(op)
+	}
 	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
 	}
@@ -507,8 +547,8 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 	arr = arr[:len(arr)-1]
 	nums := make([]int64, 0, 4)
 	for i := range arr {
-		if i == 4 {
-			break
+		if i == 4 || i == 1 && len(arr) == 2 {
+			break // the owner (held) or the counter's text (free)
 		}
 		v, err := arr[i].AsInt64()
 		if err != nil {
@@ -517,8 +557,12 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		nums = append(nums, v)
 	}
 	switch {
-	case len(arr) == 2 && nums[0] == statusFree && nums[1] >= 0:
-		return leaseapi.Record{Key: key, Token: leaseapi.Token(nums[1])}, false, nil
+	case len(arr) == 2 && nums[0] == statusFree:
+		tok, ok := counter(arr[1])
+		if !ok {
+			return leaseapi.Record{}, false, protocolError(op, false)
+		}
+		return leaseapi.Record{Key: key, Token: leaseapi.Token(tok)}, false, nil
 	case len(arr) == 5 && nums[0] == statusOK:
 		owner, err := arr[4].ToString()
 		if err != nil {
@@ -531,6 +575,17 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		return rec, true, nil
 	}
 	return leaseapi.Record{}, false, protocolError(op, false)
+}
+
+// counter decodes the token counter's value in a reply: its text (exact
+// whatever its size), or an integer.
+func counter(m vk.ValkeyMessage) (uint64, bool) {
+	if text, err := m.ToString(); err == nil {
+		n, err := strconv.ParseUint(text, 10, 64)
+		return n, err == nil
+	}
+	n, err := m.AsInt64()
+	return uint64(n), err == nil && n >= 0
 }
 
 // Guard publishes value under cacheKey only if rec (owner and token) is
@@ -549,6 +604,9 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 // not retried.
 func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value string, ttl time.Duration) error {
 	const op = "guard"
+	if s.zero() {
+		return errZeroStore(op)
+	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}

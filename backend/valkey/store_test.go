@@ -94,8 +94,8 @@ func TestKeyLayoutSharesOneHashTag(t *testing.T) {
 		if keyslotTag(token) != tag || keyslotTag(cache) != tag {
 			t.Fatalf("key %q: tags differ: %q %q %q", name, tag, keyslotTag(token), keyslotTag(cache))
 		}
-		if !strings.HasPrefix(tag, "tagtest:") || strings.ContainsAny(tag, "{}") {
-			t.Fatalf("key %q: hash tag %q is not the whole escaped key", name, tag)
+		if strings.ContainsAny(tag, "{}:") || !strings.HasPrefix(lease, "tagtest:{"+tag+"}") {
+			t.Fatalf("key %q: lease key %q, hash tag %q: want \"tagtest:{\" and the whole escaped key", name, lease, tag)
 		}
 	}
 	// Different (prefix, key) pairs never share a tag, even when their

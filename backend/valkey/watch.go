@@ -31,7 +31,7 @@ const (
 // TryAcquire. Expiry is never notified. After Close, the channel never
 // receives (waiters fall back to their retry timers).
 func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
-	if key.IsZero() {
+	if key.IsZero() || s.zero() {
 		return make(chan struct{}, 1), func() {}
 	}
 	return s.watches.Watch(ident(key), struct{}{})
@@ -43,6 +43,9 @@ func (s *Store) WatchRelease(key leaseapi.Key) (<-chan struct{}, func()) {
 // after Close, only release notifications stop. Close is idempotent and safe
 // for concurrent use.
 func (s *Store) Close() {
+	if s.zero() {
+		return
+	}
 	s.watches.Close()
 }
 

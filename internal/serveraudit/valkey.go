@@ -218,14 +218,17 @@ func replay(cmds []command, prefix string) []Record {
 	return out
 }
 
-// leaseKey maps the lease hash "{prefix:ns/name}:lease" back to the key
+// leaseKey maps the lease key "prefix:{ns/name}:lease" back to the key
 // text "ns/name" (unescaping what the store escaped).
 func leaseKey(server, prefix string) (string, bool) {
-	head := "{" + prefix + ":"
+	head := prefix + ":{"
 	if !strings.HasPrefix(server, head) || !strings.HasSuffix(server, "}:lease") {
 		return "", false
 	}
 	id := server[len(head) : len(server)-len("}:lease")]
+	if strings.ContainsAny(id, "{}") {
+		return "", false
+	}
 	ns, name, ok := strings.Cut(id, "/")
 	if !ok {
 		return "", false
