@@ -55,7 +55,7 @@ func TestPrefixIsAKeyPrefix(t *testing.T) {
 	if rec, err = s.Renew(ctx, rec, time.Second); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
-	if err := s.Validate(ctx, rec); err != nil {
+	if _, err := s.Validate(ctx, rec); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
 	if _, held, err := s.Inspect(ctx, k); err != nil || !held {

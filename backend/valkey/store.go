@@ -464,7 +464,7 @@ func (s *Store) decodeRenew(res vk.ValkeyResult, id int64, rec leaseapi.Record, 
 func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
 	const op = "validate"
 	if s.zero() {
-		return errZeroStore(op)
+		return leaseapi.Record{}, errZeroStore(op)
 	}
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return leaseapi.Record{}, err
