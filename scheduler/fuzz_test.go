@@ -1,10 +1,15 @@
 package scheduler_test
 
 import (
+	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/backend/memory"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/scheduler"
 )
 
@@ -102,6 +107,110 @@ func FuzzEveryNext(f *testing.F) {
 			if got := iv.Next(s); got.Sub(s) != time.Duration(d) {
 				t.Fatalf("Every(%v): Next(slot %d) = %d, want the slot after it", time.Duration(d), s.UnixNano(), got.UnixNano())
 			}
+		}
+	})
+}
+
+// FuzzEveryAnyInstant checks Every(d).Next for any instant t a time.Time
+// can hold (seconds and nanoseconds since the epoch, far outside 1678 to
+// 2262 too: the finding was a wrap-around to 1678 for t past 2262):
+//
+//   - Never panics. Next(t) is the zero time (no slot) or strictly after
+//     t, and a multiple of d since the epoch: never an instant before t.
+//   - Within the representable range it is at most d after t.
+//   - Following the slots never loops: each Next of a slot is the zero
+//     time or exactly d later.
+//   - Scheduler.Add accepts Every(d) exactly when MinInterval <= d <=
+//     MaxInterval (checked for every d in FuzzIntervalBounds).
+//
+// Long tier: go test -run '^$' -fuzz '^FuzzEveryAnyInstant$' -fuzztime 30s ./scheduler
+func FuzzEveryAnyInstant(f *testing.F) {
+	for _, s := range []struct{ d, sec, nsec int64 }{
+		{int64(time.Hour), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), 0}, // the finding
+		{int64(time.Minute), time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix(), 999_999_999},
+		{int64(time.Minute), time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), 0},
+		{int64(scheduler.MinInterval), math.MaxInt64 / int64(time.Second), 854_775_807},
+		{int64(scheduler.MinInterval), math.MinInt64 / int64(time.Second), -854_775_808},
+		{int64(scheduler.MaxInterval), 0, 0},
+		{int64(time.Second), math.MaxInt64, 0},
+		{int64(time.Second), math.MinInt64, 0},
+		{1, 1 << 40, -1},
+	} {
+		f.Add(s.d, s.sec, s.nsec)
+	}
+	f.Fuzz(func(t *testing.T, d, sec, nsec int64) {
+		if d <= 0 || d > int64(scheduler.MaxInterval) {
+			d = 1 + int64(uint64(d)%uint64(scheduler.MaxInterval))
+		}
+		at := time.Unix(sec, nsec)
+		iv := scheduler.Every(time.Duration(d))
+		s := iv.Next(at)
+		if s.IsZero() {
+			// Only when no slot after t fits in int64 nanoseconds.
+			if last := time.Unix(0, math.MaxInt64/d*d); last.After(at) {
+				t.Fatalf("Every(%v).Next(%v) = no slot, but %v is one after t", time.Duration(d), at, last)
+			}
+			return
+		}
+		if !s.After(at) {
+			t.Fatalf("Every(%v).Next(%v) = %v, not after t", time.Duration(d), at, s)
+		}
+		if s.UnixNano()%d != 0 {
+			t.Fatalf("Every(%v).Next(%v) = %v, not a multiple of the interval", time.Duration(d), at, s)
+		}
+		inRange := !at.Before(time.Unix(0, math.MinInt64))
+		if inRange && s.Sub(at) > time.Duration(d) {
+			t.Fatalf("Every(%v).Next(%v) = %v, more than the interval after t", time.Duration(d), at, s)
+		}
+		for range 3 {
+			n := iv.Next(s)
+			if n.IsZero() {
+				return
+			}
+			if n.Sub(s) != time.Duration(d) {
+				t.Fatalf("Every(%v): Next(slot %v) = %v, want the slot %v after it", time.Duration(d), s, n, time.Duration(d))
+			}
+			s = n
+		}
+	})
+}
+
+// FuzzIntervalBounds: Scheduler.Add accepts Every(d) exactly when
+// MinInterval <= d <= MaxInterval, whatever d, and never panics (the
+// finding: Every(time.Nanosecond) was accepted).
+//
+// Long tier: go test -run '^$' -fuzz '^FuzzIntervalBounds$' -fuzztime 30s ./scheduler
+func FuzzIntervalBounds(f *testing.F) {
+	for _, d := range []int64{1, int64(scheduler.MinInterval) - 1, int64(scheduler.MinInterval), int64(time.Hour),
+		int64(scheduler.MaxInterval), int64(scheduler.MaxInterval) + 1, 0, -1, math.MinInt64, math.MaxInt64} {
+		f.Add(d)
+	}
+	store, err := memory.New(memory.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	client, err := runtime.NewClient(store, runtime.ClientOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = client.Close(context.Background()) })
+	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, d int64) {
+		s, err := scheduler.New(client, scheduler.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Add(scheduler.Job{Name: "j", Schedule: scheduler.Every(time.Duration(d)), Mode: scheduler.OnOneServer, Policy: policy,
+			Run: func(context.Context, leaseapi.Token) error { return nil }})
+		want := d >= int64(scheduler.MinInterval) && d <= int64(scheduler.MaxInterval)
+		if (err == nil) != want {
+			t.Fatalf("Add(Every(%v)) = %v, want accepted %v", time.Duration(d), err, want)
+		}
+		if err != nil && !errors.Is(err, leaseapi.ErrInvalidState) {
+			t.Fatalf("Add(Every(%v)) = %v, want ErrInvalidState", time.Duration(d), err)
 		}
 	})
 }
