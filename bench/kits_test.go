@@ -39,9 +39,9 @@ type kit struct {
 // layers is what kit.single builds.
 type layers struct {
 	variants []variant
-	managed  *runtime.Client // the API over a counted Store
-	count    *renewCount     // managed's renewals
-	ns       string          // managed's key namespace
+	managed  leaseapi.Backend // a counted Store for the API's managed renewal
+	count    *renewCount      // managed's renewals
+	ns       string           // managed's key namespace
 	close    func()
 }
 
@@ -79,14 +79,9 @@ func apiOn(b leaseapi.Backend, ns string, ttl time.Duration, cs *closers) (*apiL
 	return newAPILocker(c, ns, ttl)
 }
 
-// managedOn is the managed-renewal client on a counted store.
-func managedOn(l *layers, counted leaseapi.Backend, n *renewCount, ns string, cs *closers) error {
-	c, err := newClient(counted, runtime.MaxClientManaged)
-	if err != nil {
-		return err
-	}
-	cs.add(func() { closeClient(c) })
-	l.managed, l.count, l.ns = c, n, ns
+// managedOn sets the counted store managed renewal runs on.
+func managedOn(l *layers, counted leaseapi.Backend, n *renewCount, ns string) error {
+	l.managed, l.count, l.ns = counted, n, ns
 	return nil
 }
 
@@ -131,7 +126,7 @@ func valkeyKit(srv valkeyServer) kit {
 					return nil, err
 				}
 				n := new(renewCount)
-				return l, managedOn(l, countedValkey{sm, n}, n, tag, &cs)
+				return l, managedOn(l, countedValkey{sm, n}, n, tag)
 			}()
 			if err != nil {
 				cs.run()
@@ -260,7 +255,7 @@ func postgresKit(srv postgresServer) kit {
 					return nil, err
 				}
 				n := new(renewCount)
-				return l, managedOn(l, countedPG{sm, n}, n, tag+"-m", &cs)
+				return l, managedOn(l, countedPG{sm, n}, n, tag+"-m")
 			}()
 			if err != nil {
 				cs.run()
@@ -346,7 +341,7 @@ func memoryKit() kit {
 				bindOne[*runtime.Handle]("api", api),
 			}}
 			n := new(renewCount)
-			if err := managedOn(l, countedMemory{s, n}, n, tag+"-m", &cs); err != nil {
+			if err := managedOn(l, countedMemory{s, n}, n, tag+"-m"); err != nil {
 				cs.run()
 				return nil, err
 			}
