@@ -273,3 +273,40 @@ func TestReleaseErrorIsReported(t *testing.T) {
 		})
 	}
 }
+
+// TestStopReportsAFailedRelease: when the release of an item that was in
+// flight at Stop fails, Stop returns it (once) instead of nil.
+func TestStopReportsAFailedRelease(t *testing.T) {
+	for _, tc := range []struct {
+		fault simtest.Fault
+		want  error
+	}{
+		{simtest.FailBeforeSend, leaseapi.ErrBackendUnavailable},
+		{simtest.LoseReply, leaseapi.ErrAmbiguousOutcome},
+	} {
+		t.Run(tc.want.Error(), func(t *testing.T) {
+			simtest.Simulate(t, func(t *testing.T) {
+				c, f := newClient(t, backendtest.MemoryStore(t))
+				src := newSource(t, time.Hour)
+				w, err := queue.New(c, src, queue.Options{Policy: itemPolicy(t), OnStop: queue.Abandon,
+					Handler: func(ctx context.Context, _ queue.Item, _ leaseapi.Token) error {
+						<-ctx.Done()
+						f.Inject(leaseapi.OperationRelease, tc.fault)
+						return ctx.Err()
+					}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = src.Put("a", nil)
+				if err := w.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				simtest.Advance(time.Second)
+				backendtest.WantKind(t, "Stop after a failed release", w.Stop(t.Context()), tc.want)
+				if err := w.Stop(t.Context()); err != nil {
+					t.Fatalf("second Stop: %v, want nil (reported once)", err)
+				}
+			})
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -210,6 +211,11 @@ type Worker struct {
 	// life runs the worker goroutines; Stop waits on the channel it
 	// returns.
 	life lifecycle.Life
+
+	// mu guards stopErrs: the release failures of items that were in
+	// flight when Stop was called; Stop returns them.
+	mu       sync.Mutex
+	stopErrs []error
 }
 
 // New returns a Worker that takes item leases through client and items
@@ -289,10 +295,16 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // Stop stops receiving and, per OnStop, lets in-flight items finish or
 // cancels them, then waits until every worker goroutine has exited (every
-// in-flight item acked, nacked or left, its lease released). ctx bounds
-// the wait: when it ends first, in-flight handlers' contexts are canceled
-// (Finish escalates to Abandon) and Stop returns ErrCanceled/ErrTimeout;
-// a later Stop waits again. Idempotent; Stop before Start prevents Start.
+// in-flight item acked, nacked or left, and the release of its lease
+// returned). It returns nil only if every release it waited for
+// succeeded: the release failures of the items in flight at Stop are
+// returned (matching ErrBackendUnavailable: a lease still held, or
+// ErrAmbiguousOutcome: maybe held, until its TTL; several joined with
+// errors.Join), as well as reported in their events. ctx bounds the wait:
+// when it ends first, in-flight handlers' contexts are canceled (Finish
+// escalates to Abandon) and Stop returns ErrCanceled/ErrTimeout; a later
+// Stop waits again. Idempotent (a release failure is returned once); Stop
+// before Start prevents Start.
 // A nil ctx, or a Worker not built by New, is ErrInvalidState.
 func (w *Worker) Stop(ctx context.Context) error {
 	const op = "stop worker"
@@ -312,7 +324,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if err != nil {
 		return leaseapi.ContextError(op, err)
 	}
-	return nil
+	w.mu.Lock()
+	errs := w.stopErrs
+	w.stopErrs = nil
+	w.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // built reports whether w was made by New.
@@ -439,10 +455,17 @@ func (w *Worker) process(it Item) bool {
 
 // release stops h's renewal and releases it, returning the release's
 // error: nil when released (or when the lease had already ended: the
-// handle then reports what it knows).
+// handle then reports what it knows). A failure while Stop is under way
+// is kept for Stop.
 func (w *Worker) release(cleanup context.Context, h *runtime.Handle, m *runtime.Managed) error {
 	_ = m.Stop(cleanup) // nil, or renewal had already ended
-	return h.Release(cleanup)
+	err := h.Release(cleanup)
+	if err != nil && w.recv.Err() != nil {
+		w.mu.Lock()
+		w.stopErrs = append(w.stopErrs, err)
+		w.mu.Unlock()
+	}
+	return err
 }
 
 // handle runs the handler with a ctx canceled on loss. It starts one
