@@ -10,7 +10,7 @@ import (
 
 // Handle is a held lease. It is a message handle to the lease's supervisor
 // goroutine, which alone changes the lease's state; the read methods
-// (Key, Owner, Token, AcquiredAt, Deadline, State, Snapshot, Done) never
+// (Key, Owner, Token, AcquiredAt, Deadline, State, Snapshot, Status, Done) never
 // block and do no I/O. A Handle is safe for concurrent use by multiple
 // goroutines. After the lease reaches a terminal state (or the client is
 // closed) every method answers from the final state: it fails closed, never
@@ -57,11 +57,20 @@ func (h *Handle) Done() <-chan struct{} {
 	return h.s.Done()
 }
 
-// Snapshot is a consistent view of a handle.
-type Snapshot struct {
+// Snapshot returns the latest backend-authenticated record of the lease:
+// the acquisition or the latest renewal, in backend times. It is meant for
+// composing protected adapters (postgres.Store.Fence, valkey.Store.Guard);
+// admission decisions use [Handle.State] or [Handle.Status], which apply
+// the local deadline.
+func (h *Handle) Snapshot() leaseapi.Record { return h.view().Record }
+
+// Status is a consistent view of a handle: every field comes from one
+// published view of its supervisor.
+type Status struct {
 	// Record is the latest grant (acquisition or renewal), backend times.
 	Record leaseapi.Record
-	// State is the state now (see [Handle.State]).
+	// State is the state at the instant Status was called (see
+	// [Handle.State]).
 	State leaseapi.State
 	// Deadline is the local admission deadline.
 	Deadline time.Time
@@ -71,13 +80,15 @@ type Snapshot struct {
 	Err error
 }
 
-// Snapshot returns the handle's current view in one consistent read.
-func (h *Handle) Snapshot() Snapshot {
+// Status returns the handle's current view in one consistent read: the
+// state, deadline, managed flag and cause all belong to the same step of
+// the supervisor, never to two different renewals. It never blocks.
+func (h *Handle) Status() Status {
 	if !h.usable() {
-		return Snapshot{Err: errUnusable("snapshot")}
+		return Status{Err: errUnusable("status")}
 	}
 	v := h.s.View()
-	return Snapshot{Record: v.Record, State: h.s.State(h.c.clk.Now()), Deadline: v.Deadline, Managed: h.s.Managed(), Err: v.Err}
+	return Status{Record: v.Record, State: v.StateAt(h.c.clk.Now()), Deadline: v.Deadline, Managed: v.Managed, Err: v.Err}
 }
 
 // Renew extends the lease now (compare owner and token, one backend call

@@ -155,7 +155,7 @@ func TestRealStaleOwner(t *testing.T) {
 		p := basicPolicy(t)
 		k := testKey(t, "replaced")
 		h := mustAcquire(t, b.client, k, p)
-		rec := h.Snapshot().Record
+		rec := h.Snapshot()
 		simtest.Advance(p.TTL())
 		if _, err := b.store.TryAcquire(t.Context(), k, "intruder-owner-id", p.TTL()); err != nil {
 			t.Fatal(err)
@@ -178,7 +178,7 @@ func TestUncertainExpiresAtDeadline(t *testing.T) {
 		simtest.Advance(time.Until(h.Deadline()))
 		wantState(t, "deadline passed", h, leaseapi.StateExpired)
 		<-h.Done()
-		if s := h.Snapshot(); s.State != leaseapi.StateExpired || !errors.Is(s.Err, leaseapi.ErrLost) {
+		if s := h.Status(); s.State != leaseapi.StateExpired || !errors.Is(s.Err, leaseapi.ErrLost) {
 			t.Fatalf("Snapshot: got (%v, %v), want (expired, ErrLost)", s.State, s.Err)
 		}
 	})

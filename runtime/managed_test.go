@@ -243,3 +243,50 @@ func TestManagedEndsAtFailedRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusOneView: Status reads the managed flag from the same published
+// view as the state and deadline, and the flag follows StartManaged, Stop
+// and the end of the lease.
+func TestStatusOneView(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		b := setup(t, runtimeOpts())
+		p := basicPolicy(t)
+		h := mustAcquire(t, b.client, testKey(t, "status"), p)
+		st := h.Status()
+		if st.Managed || st.State != leaseapi.StateActive || !st.Deadline.Equal(h.Deadline()) || st.Record != h.Snapshot() || st.Err != nil {
+			t.Fatalf("fresh handle: got %+v", st)
+		}
+		m, err := h.StartManaged(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := h.Status(); !st.Managed || st.State != leaseapi.StateActive {
+			t.Fatalf("after StartManaged: got managed %v state %v, want true active", st.Managed, st.State)
+		}
+		simtest.Advance(p.RenewEvery() + time.Millisecond)
+		st = h.Status()
+		if !st.Managed || !st.Record.AcquiredAt.After(h.AcquiredAt()) || st.Record != h.Snapshot() {
+			t.Fatalf("after a managed renewal: got managed %v, record acquired %v (first grant %v)", st.Managed, st.Record.AcquiredAt, h.AcquiredAt())
+		}
+		if err := m.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if st := h.Status(); st.Managed || st.State != leaseapi.StateActive {
+			t.Fatalf("after Stop: got managed %v state %v, want false active", st.Managed, st.State)
+		}
+
+		h2 := mustAcquire(t, b.client, testKey(t, "status-loss"), p)
+		m2, err := h2.StartManaged(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.Stale)
+		simtest.Advance(p.RenewEvery() + time.Millisecond)
+		if _, ok := <-m2.Loss(); !ok {
+			t.Fatal("no Loss delivered")
+		}
+		if st := h2.Status(); st.Managed || st.State != leaseapi.StateLost || leaseapi.Kind(st.Err) != leaseapi.ErrStaleOwner {
+			t.Fatalf("after the loss: got managed %v state %v err %v, want false lost ErrStaleOwner", st.Managed, st.State, st.Err)
+		}
+	})
+}

@@ -93,11 +93,15 @@ func checkZeroResult(t *testing.T, what string, o reflect.Value, errType reflect
 		if v == leaseapi.StateActive {
 			t.Fatalf("%s: state got Active, want a zero value that is never Active", what)
 		}
-	case runtime.Snapshot:
-		if v.State == leaseapi.StateActive || v.Record.Token != 0 {
-			t.Fatalf("%s: got %+v, want a zero snapshot", what, v)
+	case runtime.Status:
+		if v.State == leaseapi.StateActive || v.Record.Token != 0 || v.Managed {
+			t.Fatalf("%s: got %+v, want a zero status", what, v)
 		}
 		wantKind(t, what+" Err", v.Err, leaseapi.ErrInvalidState)
+	case leaseapi.Record:
+		if v != (leaseapi.Record{}) {
+			t.Fatalf("%s: got %+v, want the zero record", what, v)
+		}
 	case *runtime.Handle:
 		if v != nil {
 			t.Fatalf("%s: got a handle from a zero value", what)

@@ -1175,7 +1175,7 @@ func TestRealDeferredExecution(t *testing.T) {
 		}
 		// Hold writes until the grant has expired on the server too (same
 		// machine: the server's clock is ours), then let them through.
-		pause(ctx, time.Until(h.Snapshot().Record.ExpiresAt)+50*time.Millisecond)
+		pause(ctx, time.Until(h.Snapshot().ExpiresAt)+50*time.Millisecond)
 		unblock()
 		// Let the late executions run (poll for a late grant for a while),
 		// then look at what they left.

@@ -410,7 +410,7 @@ func TestSimReleaseReplyLost(t *testing.T) {
 		if w.admit(ha) {
 			_ = w.write(ha, "a")
 		}
-		old := ha.Snapshot().Record
+		old := ha.Snapshot()
 		a.faulty.Inject(leaseapi.OperationRelease, simtest.LoseReply)
 		w.wantKind("a: Release with its reply lost", ha.Release(context.Background()), leaseapi.ErrAmbiguousOutcome)
 		if st := ha.State(); st != leaseapi.StateUncertain {
@@ -461,7 +461,7 @@ func TestSimReleaseReplyLost(t *testing.T) {
 		if err != nil || !held || rec.Owner != hb.Owner() || rec.Token != hb.Token() {
 			w.problem("backend after a's retry: held %v by %q token %d (%v), want b's token %d", held, rec.Owner, rec.Token, err, hb.Token())
 		}
-		if !rec.ExpiresAt.Equal(hb.Snapshot().Record.ExpiresAt) {
+		if !rec.ExpiresAt.Equal(hb.Snapshot().ExpiresAt) {
 			w.problem("b's grant was extended by a's retry")
 		}
 		if w.admit(hb) {
@@ -762,7 +762,7 @@ func TestSimClockSkewDetected(t *testing.T) {
 			if w.admit(h) {
 				_ = w.write(h, "a")
 			}
-			if s := h.Snapshot(); s.State == leaseapi.StateUncertain && leaseapi.Kind(s.Err) == leaseapi.ErrAmbiguousOutcome {
+			if s := h.Status(); s.State == leaseapi.StateUncertain && leaseapi.Kind(s.Err) == leaseapi.ErrAmbiguousOutcome {
 				flagged = true
 			}
 			return h.State().Terminal()

@@ -190,6 +190,11 @@ func (s *Supervisor) View() *View { return s.view.Load() }
 // on, before the actor has processed its timer. It never blocks or does I/O.
 func (s *Supervisor) State(now time.Time) leaseapi.State { return stateAt(s.view.Load(), now) }
 
+// StateAt returns the state v implies at the local instant now, as
+// [Supervisor.State] does for the current view: a reader that needs the
+// state together with other fields of one view uses it.
+func (v *View) StateAt(now time.Time) leaseapi.State { return stateAt(v, now) }
+
 // Done returns a channel closed when the supervisor goroutine has exited.
 func (s *Supervisor) Done() <-chan struct{} { return s.inbox.Closed() }
 

@@ -49,7 +49,7 @@ func ExampleStore_Fence() {
 		h     *runtime.Handle // a held lease
 	)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, h.Snapshot().Record); err != nil {
+		if err := store.Fence(ctx, tx, h.Snapshot()); err != nil {
 			return err // leaseapi.ErrStaleOwner: the lease is gone
 		}
 		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - 10 WHERE id = 1`)

@@ -86,7 +86,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	rec := h.Snapshot().Record
+	rec := h.Snapshot()
 	fmt.Printf("acquired %s: token %d, server time %s, expires %s (TTL %s)\n",
 		key, h.Token(), rec.AcquiredAt.Format(time.RFC3339Nano), rec.ExpiresAt.Format(time.RFC3339Nano), rec.GrantedTTL())
 
@@ -94,14 +94,14 @@ func run() error {
 	if err := h.Renew(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("renewed: expires %s, state %s\n", h.Snapshot().Record.ExpiresAt.Format(time.RFC3339Nano), h.State())
+	fmt.Printf("renewed: expires %s, state %s\n", h.Snapshot().ExpiresAt.Format(time.RFC3339Nano), h.State())
 
 	// 4. A fenced write: the lease check and the write commit together.
 	if h.State() != leaseapi.StateActive {
 		return errors.New("lease not active")
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := store.Fence(ctx, tx, h.Snapshot().Record); err != nil {
+		if err := store.Fence(ctx, tx, h.Snapshot()); err != nil {
 			return err // ErrStaleOwner: the lease is gone, write nothing
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO lease_example.report_runs (token, note) VALUES ($1, $2)`,

@@ -89,7 +89,7 @@ func run(out io.Writer) error {
 		return err
 	}
 	time.Sleep(1500 * time.Millisecond) // longer than the TTL: renewal keeps it
-	snap := h.Snapshot()
+	snap := h.Status()
 	fmt.Fprintf(out, "after 1.5s: %v, renewed (expires %v after its last renewal)\n",
 		snap.State, snap.Record.GrantedTTL())
 
@@ -126,7 +126,7 @@ func run(out io.Writer) error {
 		return fmt.Errorf("stale guarded write: got %v, want ErrStaleOwner", err)
 	}
 	fmt.Fprintln(out, "guarded write by the old holder: refused (stale owner or token)")
-	if err := store.Guard(ctx, h2.Snapshot().Record, cacheKey, "summary from the second holder", time.Minute); err != nil {
+	if err := store.Guard(ctx, h2.Snapshot(), cacheKey, "summary from the second holder", time.Minute); err != nil {
 		return err
 	}
 	v, err := vc.Do(ctx, vc.B().Get().Key(cacheKey).Build()).ToString()
