@@ -16,13 +16,15 @@ import (
 	"github.com/leasekit/lease/simtest"
 )
 
-// TestRealBackendFleet runs a shortened fleet scenario in real time (about
-// four seconds) on Valkey and on PostgreSQL: four servers, each with its
-// own connection to the server, one 40ms ahead, one 120ms late (after the
-// winner's run and release), one crashing halfway. Every OnOneServer slot
-// runs at most once, and exactly once unless every server reported it
-// Missed (woke after it passed: a loaded machine) or Failed; NonOverlap
-// runs never overlap.
+// TestRealBackendFleet runs a shortened fleet scenario in real time on
+// Valkey and on PostgreSQL: four servers, each with its own connection to
+// the server, one 40ms ahead, one 120ms late (after the winner's run and
+// release), one crashing halfway. Every OnOneServer slot runs at most
+// once, and exactly once unless every server reported it Missed (woke
+// after it passed: a loaded machine) or Failed; NonOverlap runs never
+// overlap. Each half lasts until enough slots ran (about two seconds on
+// an idle machine, longer on a loaded one, bounded), not for a fixed time,
+// so a loaded machine makes the scenario longer, never thinner.
 func TestRealBackendFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-time scenario on real servers")
@@ -35,6 +37,13 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 		Retry: 50 * time.Millisecond, Wait: time.Second, OperationTimeout: 500 * time.Millisecond})
 	const every = 200 * time.Millisecond
 	var mu sync.Mutex
+	progress := make(chan struct{}, 1) // a report or compact run ended
+	signal := func() {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}
 	reports := map[time.Time][]string{}
 	outcomes := map[time.Time]map[string]scheduler.Outcome{} // the report job's, per slot and server
 	var spans []runSpan
@@ -84,6 +93,7 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 				mu.Lock()
 				reports[slot] = append(reports[slot], name)
 				mu.Unlock()
+				signal()
 				return backendtest.Pause(ctx, 50*time.Millisecond)
 			}}))
 		must(sc.Add(scheduler.Job{Name: "compact", Schedule: scheduler.Every(every), Mode: scheduler.NonOverlap, Policy: p,
@@ -94,6 +104,7 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 				mu.Lock()
 				spans = append(spans, runSpan{name, slot, token, began, time.Now()})
 				mu.Unlock()
+				signal()
 				return err
 			}}))
 		servers = append(servers, &srv{name: name, faulty: f, sched: sc})
@@ -105,9 +116,33 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 		}
 	}
 	// Real time: simulated time cannot wait for a real server's replies.
-	_ = backendtest.Pause(t.Context(), 1500*time.Millisecond)
+	// Each half waits until at least `reps` more report slots and `comps`
+	// more compact runs have run (bounded by halfLimit).
+	const halfLimit = 60 * time.Second
+	waitRuns := func(reps, comps int) {
+		t.Helper()
+		mu.Lock()
+		wantR, wantC := len(reports)+reps, len(spans)+comps
+		mu.Unlock()
+		limit := time.NewTimer(halfLimit)
+		defer limit.Stop()
+		for {
+			mu.Lock()
+			r, c := len(reports), len(spans)
+			mu.Unlock()
+			if r >= wantR && c >= wantC {
+				return
+			}
+			select {
+			case <-progress:
+			case <-limit.C:
+				t.Fatalf("only %d report slots and %d compact runs within %v, want %d and %d", r, c, halfLimit, wantR, wantC)
+			}
+		}
+	}
+	waitRuns(8, 3)
 	servers[2].faulty.SetMode(simtest.Down)
-	_ = backendtest.Pause(t.Context(), 2500*time.Millisecond)
+	waitRuns(8, 3)
 	stopAt := time.Now()
 	for _, s := range servers {
 		if err := s.sched.Stop(t.Context()); err != nil {
@@ -151,9 +186,10 @@ func realFleet(t *testing.T, backend backendtest.NewBackend) {
 		dropped++
 		t.Logf("report slot %s: every server late (%v)", slot.Format("15:04:05.000"), outcomes[slot])
 	}
-	if dropped > n/5 {
-		t.Errorf("%d of %d report slots missed by every server: the machine is too slow for this scenario", dropped, n)
-	}
+	// Slots every server woke too late for are correct behaviour (passed
+	// slots are not run late) and only lengthen the scenario: waitRuns
+	// waited for enough slots that did run.
+	t.Logf("%d of %d report slots missed by every server", dropped, n)
 	sort.Slice(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
 	for i := 1; i < len(spans); i++ {
 		if spans[i-1].end.After(spans[i].start) {
