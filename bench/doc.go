@@ -27,7 +27,11 @@
 //   - renew: 10,000 held leases (TTL 30s) renewed once each by 64
 //     goroutines; renewals/s. For the API also "managed": the same 10,000
 //     leases under managed (batched) renewal with RenewEvery 1ms, so that a
-//     renewal is always due and the rate is the runtime's renewal capacity.
+//     renewal is always due and the rate is the runtime's renewal capacity
+//     (a Client of its own per round, closed after the window). A lost or
+//     expired lease fails the benchmark; leases left uncertain at the end of
+//     a window (a renewal without a reply within OperationTimeout, which
+//     this overload can cause) are reported as managed-uncertain.
 //   - handoff: 8 contenders on one key, each with its own connections (as
 //     separate processes), holding it 1ms; after a release a contender
 //     stands aside until another has acquired (at most 1s), then waits

@@ -100,7 +100,7 @@ func postgresMeter(dataDir string) serverMeter {
 		if !ok {
 			return serverSample{}, fmt.Errorf("bench: no /proc entry for the postmaster")
 		}
-		total := procRun(pm, st) + ticks(st, 15) + ticks(st, 16) // own time + reaped children (cutime, cstime)
+		total := procRun(pm, st) + ticks(st, 16) + ticks(st, 17) // own time + reaped children (cutime, cstime)
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
 			return serverSample{}, err
