@@ -80,6 +80,8 @@
 //     LAYER-handoff-p50-us, LAYER-wait-max-ms; managed:
 //     managed-renewals/call (renewals per backend call: the batch size).
 //   - A/B: A's rate over B's, in the same run.
+//   - runtime-client-us/OP, runtime-allocs/OP, runtime-p50-us (seq): what
+//     the runtime adds to a Store call, api minus store (seq, par, renew).
 //
 // The floor's script and statement texts must stay identical to those of
 // the peers harness (adapter_rawredis.go, adapter_rawpg.go) so that the two

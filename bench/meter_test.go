@@ -247,6 +247,12 @@ func (t *tally) rate() float64 {
 	return float64(t.ops) / t.wall.Seconds()
 }
 
+// p50 sorts d and returns its median.
+func p50(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
 func perOp(d time.Duration, ops int64) float64 {
 	return float64(d.Nanoseconds()) / 1e3 / float64(max(ops, 1))
 }
@@ -264,17 +270,15 @@ func (t *tally) report(b bench, name, unit, units string) {
 	}
 	b.ReportMetric(float64(t.mallocs)/float64(max(t.ops, 1)), name+"-allocs/"+unit)
 	if len(t.lat) > 0 {
-		slices.Sort(t.lat)
 		var sum time.Duration
 		for _, d := range t.lat {
 			sum += d
 		}
-		b.ReportMetric(float64(t.lat[len(t.lat)/2].Nanoseconds())/1e3, name+"-p50-us")
+		b.ReportMetric(float64(p50(t.lat).Nanoseconds())/1e3, name+"-p50-us")
 		b.ReportMetric(float64(sum.Nanoseconds())/1e3/float64(len(t.lat)), name+"-mean-us")
 	}
 	if len(t.hand) > 0 {
-		slices.Sort(t.hand)
-		b.ReportMetric(float64(t.hand[len(t.hand)/2].Nanoseconds())/1e3, name+"-handoff-p50-us")
+		b.ReportMetric(float64(p50(t.hand).Nanoseconds())/1e3, name+"-handoff-p50-us")
 	}
 	if t.waitMax > 0 {
 		b.ReportMetric(float64(t.waitMax.Nanoseconds())/1e6, name+"-wait-max-ms")
