@@ -108,7 +108,9 @@ func TestScriptCost(t *testing.T) {
 
 	// The floor, on keys of its own, warmed up so that EVALSHA never
 	// misses.
-	floorKey := func(i int) (string, string) { return "floor:{k" + strconv.Itoa(i) + "}", "floor:{k" + strconv.Itoa(i) + "}:fence" }
+	floorKey := func(i int) (string, string) {
+		return "floor:{k" + strconv.Itoa(i) + "}", "floor:{k" + strconv.Itoa(i) + "}:fence"
+	}
 	const owner = "0123456789abcdef"
 	warm := func() {
 		lk, tk := floorKey(-1)
