@@ -20,7 +20,7 @@ import (
 // ReleaseWatcher, BatchRenewer) of the backend it wraps.
 type ObservedBackend struct {
 	b         leaseapi.Backend
-	clk       clock.Clock
+	clk       leaseapi.Clock
 	observers []*observer
 	// hashKey keys the HMAC that turns a key into Event.KeyHash: drawn
 	// from crypto/rand per ObservedBackend, so hashes cannot be reversed by
@@ -40,8 +40,9 @@ type observer struct {
 // NewObservedBackend returns b wrapped so that each call emits an event to
 // every observer, after the call, on the calling goroutine, outside every
 // lock. A nil backend, a nil observer or more than leaseapi.MaxObservers
-// observers is ErrInvalidState. A nil clock is the real clock.
-func NewObservedBackend(b leaseapi.Backend, clk clock.Clock, observers ...leaseapi.Observer) (leaseapi.Backend, error) {
+// observers is ErrInvalidState. clk times the calls (only its Now is used);
+// a nil clock is the real clock.
+func NewObservedBackend(b leaseapi.Backend, clk leaseapi.Clock, observers ...leaseapi.Observer) (leaseapi.Backend, error) {
 	const op = "observe"
 	if b == nil {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil backend")
