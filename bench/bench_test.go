@@ -39,6 +39,7 @@ func runAll(b *testing.B, k kit) {
 type bench interface {
 	ReportMetric(n float64, unit string)
 	ResetTimer()
+	Logf(format string, args ...any)
 }
 
 type benchB struct{ *testing.B }
@@ -72,8 +73,20 @@ func order(n int) []int {
 // reportAll reports every layer's tally in layer order, then the rate
 // ratios: each layer over the floor (or, without one, over the store), and
 // api over store.
-func reportAll(b bench, names []string, ts map[string]*tally, unit, units string) {
+//
+// A layer with failed operations reports LAYER-errors and logs the first;
+// one whose operations failed more often than they succeeded fails the
+// benchmark (that is a broken layer, not a loaded machine).
+func reportAll(b bench, names []string, ts map[string]*tally, unit, units string) error {
 	for _, n := range names {
+		if e := ts[n].errs.n.Load(); e > 0 {
+			first := ts[n].errs.first.get()
+			if e > ts[n].ops {
+				return fmt.Errorf("%s: %d of %d operations failed, the first: %w", n, e, e+ts[n].ops, first)
+			}
+			b.ReportMetric(float64(e), n+"-errors")
+			b.Logf("%s: %d operations failed, the first: %v", n, e, first)
+		}
 		ts[n].report(b, n, unit, units)
 	}
 	base := "floor"
@@ -88,6 +101,7 @@ func reportAll(b bench, names []string, ts map[string]*tally, unit, units string
 	if base == "floor" {
 		ratio(b, ts, "api", "store")
 	}
+	return nil
 }
 
 // reportRuntime reports what the runtime adds to a Store call per
@@ -151,8 +165,9 @@ func keyNames(prefix string, n int) []string {
 func runSeq(ctx context.Context, b bench, k kit, sz sizes, rounds int) error {
 	return withSingle(ctx, k, sz.ttl, func(l *layers, tag string) error {
 		for _, v := range l.variants {
-			if _, err := v.seq(ctx, keyNames("w", sz.warmup), make([]time.Duration, sz.warmup)); err != nil {
-				return fmt.Errorf("%s warm-up: %w", v.name, err)
+			var ec errCount
+			if v.seq(ctx, keyNames("w", sz.warmup), make([]time.Duration, sz.warmup), &ec); ec.n.Load() > 0 {
+				return fmt.Errorf("%s warm-up: %w", v.name, ec.first.get())
 			}
 		}
 		ts := newTallies(names(l))
@@ -162,13 +177,19 @@ func runSeq(ctx context.Context, b bench, k kit, sz sizes, rounds int) error {
 				v, t := l.variants[i], ts[l.variants[i].name]
 				keys := keyNames("s"+strconv.Itoa(r)+":", sz.seqPairs)
 				lat := make([]time.Duration, sz.seqPairs)
-				if err := k.meter.measure(ctx, t, func() (int64, error) { return v.seq(ctx, keys, lat) }); err != nil {
+				var n int64
+				if err := k.meter.measure(ctx, t, func() (int64, error) {
+					n = v.seq(ctx, keys, lat, &t.errs)
+					return n, nil
+				}); err != nil {
 					return fmt.Errorf("%s: %w", v.name, err)
 				}
-				t.lat = append(t.lat, lat...)
+				t.lat = append(t.lat, lat[:n]...)
 			}
 		}
-		reportAll(b, names(l), ts, "pair", "pairs")
+		if err := reportAll(b, names(l), ts, "pair", "pairs"); err != nil {
+			return err
+		}
 		reportRuntime(b, ts, "pair")
 		return nil
 	})
@@ -180,11 +201,13 @@ func runPar(ctx context.Context, b bench, k kit, sz sizes, rounds int) error {
 	return withSingle(ctx, k, sz.ttl, func(l *layers, tag string) error {
 		for _, v := range l.variants {
 			// Warm up as many connections as there are goroutines.
-			if err := forEach(sz.conc*sz.warmup, sz.conc, func(i int) error {
-				_, err := v.seq(ctx, []string{"pw" + strconv.Itoa(i)}, make([]time.Duration, 1))
-				return err
-			}); err != nil {
-				return fmt.Errorf("%s warm-up: %w", v.name, err)
+			var ec errCount
+			_ = forEach(sz.conc*sz.warmup, sz.conc, func(i int) error {
+				v.seq(ctx, []string{"pw" + strconv.Itoa(i)}, make([]time.Duration, 1), &ec)
+				return nil
+			})
+			if ec.n.Load() > 0 {
+				return fmt.Errorf("%s warm-up: %w", v.name, ec.first.get())
 			}
 		}
 		ts := newTallies(names(l))
@@ -193,14 +216,17 @@ func runPar(ctx context.Context, b bench, k kit, sz sizes, rounds int) error {
 			for _, i := range order(len(l.variants)) {
 				v := l.variants[i]
 				base := "p" + strconv.Itoa(r) + ":"
-				if err := k.meter.measure(ctx, ts[v.name], func() (int64, error) {
-					return v.par(ctx, sz.conc, sz.parSlice, base)
+				t := ts[v.name]
+				if err := k.meter.measure(ctx, t, func() (int64, error) {
+					return v.par(ctx, sz.conc, sz.parSlice, base, &t.errs), nil
 				}); err != nil {
 					return fmt.Errorf("%s: %w", v.name, err)
 				}
 			}
 		}
-		reportAll(b, names(l), ts, "pair", "pairs")
+		if err := reportAll(b, names(l), ts, "pair", "pairs"); err != nil {
+			return err
+		}
 		reportRuntime(b, ts, "pair")
 		return nil
 	})
@@ -230,7 +256,9 @@ func runRenew(ctx context.Context, b bench, k kit, sz sizes, rounds int) error {
 				}
 			}
 		}
-		reportAll(b, ns, ts, "renewal", "renewals")
+		if err := reportAll(b, ns, ts, "renewal", "renewals"); err != nil {
+			return err
+		}
 		reportRuntime(b, ts, "renewal")
 		// Leases left uncertain at the end of a window, per round: managed
 		// renewal on purpose asks more than the backend can do.
@@ -254,8 +282,12 @@ func runHandoff(ctx context.Context, b bench, k kit, sz sizes, rounds int) error
 	warm := sz
 	warm.handSlice = 50 * time.Millisecond
 	for _, c := range cs {
-		if _, err := c.run(ctx, warm, "hw"); err != nil {
+		var ec errCount
+		if _, err := c.run(ctx, warm, "hw", &ec); err != nil {
 			return fmt.Errorf("%s warm-up: %w", c.name, err)
+		}
+		if ec.n.Load() > 0 {
+			return fmt.Errorf("%s warm-up: %w", c.name, ec.first.get())
 		}
 	}
 	ns := make([]string, len(cs))
@@ -271,7 +303,7 @@ func runHandoff(ctx context.Context, b bench, k kit, sz sizes, rounds int) error
 			var res handoffResult
 			if err := k.meter.measure(ctx, t, func() (int64, error) {
 				var err error
-				res, err = c.run(ctx, sz, key)
+				res, err = c.run(ctx, sz, key, &t.errs)
 				return res.acquisitions, err
 			}); err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
@@ -280,6 +312,5 @@ func runHandoff(ctx context.Context, b bench, k kit, sz sizes, rounds int) error
 			t.waitMax = max(t.waitMax, res.waitMax)
 		}
 	}
-	reportAll(b, ns, ts, "acq", "acq")
-	return nil
+	return reportAll(b, ns, ts, "acq", "acq")
 }

@@ -79,6 +79,11 @@
 //   - seq: LAYER-p50-us, LAYER-mean-us (pair latency); handoff:
 //     LAYER-handoff-p50-us, LAYER-wait-max-ms; managed:
 //     managed-renewals/call (renewals per backend call: the batch size).
+//   - LAYER-errors: operations that failed (reported only when some did;
+//     the first is logged). A failed operation is counted and the workload
+//     goes on, as in the peers harness: on a loaded machine a call can run
+//     out of its OperationTimeout. A layer with more failures than
+//     successes, a fencing violation or two holders at once fail the run.
 //   - A/B: A's rate over B's, in the same run.
 //   - runtime-client-us/OP, runtime-allocs/OP, runtime-p50-us (seq): what
 //     the runtime adds to a Store call, api minus store (seq, par, renew).

@@ -175,7 +175,8 @@ type tally struct {
 	srvOK, scrOK   bool
 	mallocs, bytes uint64
 
-	lat []time.Duration // seq: pair latencies
+	lat  []time.Duration // seq: pair latencies
+	errs errCount        // failed operations
 
 	// handoff
 	hand    []time.Duration // release returned -> next holder's acquire returned

@@ -34,6 +34,8 @@ func (r *recorder) ReportMetric(n float64, unit string) {
 
 func (r *recorder) ResetTimer() {}
 
+func (r *recorder) Logf(string, ...any) {}
+
 // TestSmoke runs every workload of every backend for one round at a tiny
 // size, so that the benchmarks keep working as the library changes: each
 // layer must report a positive rate and each ratio must be there. It
@@ -80,6 +82,11 @@ func TestSmoke(t *testing.T) {
 					}
 					if !found {
 						t.Errorf("%s: no rate reported for %s (got %v)", w.name, l, r.m)
+					}
+				}
+				for unit, v := range r.m {
+					if strings.HasSuffix(unit, "-errors") {
+						t.Errorf("%s: %s = %v, want none", w.name, unit, v)
 					}
 				}
 				for _, q := range kc.ratios {

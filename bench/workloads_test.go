@@ -43,21 +43,37 @@ var defaultSizes = sizes{
 
 // variant is one layer bound to the locker the single-client workloads
 // (seq, par, renew) use.
+//
+// An operation that fails is counted in ec (or t.errs) and the workload
+// goes on, as the peers harness does: on a loaded machine a call can run
+// out of its OperationTimeout, and one such call must not discard a run.
+// The error a slice returns is the benchmark's end (a measurement failed).
 type variant struct {
 	name  string
-	seq   func(ctx context.Context, names []string, lat []time.Duration) (int64, error)
-	par   func(ctx context.Context, conc int, d time.Duration, base string) (int64, error)
+	seq   func(ctx context.Context, names []string, lat []time.Duration, ec *errCount) int64
+	par   func(ctx context.Context, conc int, d time.Duration, base string, ec *errCount) int64
 	renew func(ctx context.Context, m meter, t *tally, conc int, names []string) error
+}
+
+// errCount counts a layer's failed operations and keeps the first error.
+type errCount struct {
+	n     atomic.Int64
+	first firstError
+}
+
+func (e *errCount) add(err error) {
+	e.n.Add(1)
+	e.first.put(err)
 }
 
 func bindOne[H any, L locker[H]](name string, l L) variant {
 	return variant{
 		name: name,
-		seq: func(ctx context.Context, names []string, lat []time.Duration) (int64, error) {
-			return seqSlice[H](ctx, l, names, lat)
+		seq: func(ctx context.Context, names []string, lat []time.Duration, ec *errCount) int64 {
+			return seqSlice[H](ctx, l, names, lat, ec)
 		},
-		par: func(ctx context.Context, conc int, d time.Duration, base string) (int64, error) {
-			return parSlice[H](ctx, l, conc, d, base)
+		par: func(ctx context.Context, conc int, d time.Duration, base string, ec *errCount) int64 {
+			return parSlice[H](ctx, l, conc, d, base, ec)
 		},
 		renew: func(ctx context.Context, m meter, t *tally, conc int, names []string) error {
 			return renewSlice[H](ctx, m, t, l, conc, names)
@@ -77,26 +93,29 @@ func pair[H any, L locker[H]](ctx context.Context, l L, name string) error {
 	return nil
 }
 
-// seqSlice runs one pair per name, one after another, and records each
-// pair's latency in lat (len(lat) == len(names)).
-func seqSlice[H any, L locker[H]](ctx context.Context, l L, names []string, lat []time.Duration) (int64, error) {
-	for i, name := range names {
+// seqSlice runs one pair per name, one after another, records the
+// latency of the n pairs that succeeded in lat[:n] (len(lat) >=
+// len(names)) and returns n.
+func seqSlice[H any, L locker[H]](ctx context.Context, l L, names []string, lat []time.Duration, ec *errCount) int64 {
+	n := 0
+	for _, name := range names {
 		t0 := time.Now()
 		if err := pair[H](ctx, l, name); err != nil {
-			return int64(i), err
+			ec.add(err)
+			continue
 		}
-		lat[i] = time.Since(t0)
+		lat[n] = time.Since(t0)
+		n++
 	}
-	return int64(len(names)), nil
+	return int64(n)
 }
 
 // parSlice runs conc goroutines, each doing pairs on keys of its own
 // (base, its number, a counter) until d has passed, and returns the pairs
 // done.
-func parSlice[H any, L locker[H]](ctx context.Context, l L, conc int, d time.Duration, base string) (int64, error) {
+func parSlice[H any, L locker[H]](ctx context.Context, l L, conc int, d time.Duration, base string, ec *errCount) int64 {
 	var done atomic.Int64
 	var wg sync.WaitGroup
-	var first firstError
 	start := make(chan struct{})
 	var deadline time.Time // written before start is closed
 	for g := range conc {
@@ -108,11 +127,11 @@ func parSlice[H any, L locker[H]](ctx context.Context, l L, conc int, d time.Dur
 			head := len(buf)
 			<-start
 			n := int64(0)
-			for !first.set() && time.Now().Before(deadline) {
-				buf = strconv.AppendInt(buf[:head], n, 10)
+			for i := int64(0); time.Now().Before(deadline); i++ {
+				buf = strconv.AppendInt(buf[:head], i, 10)
 				if err := pair[H](ctx, l, string(buf)); err != nil {
-					first.put(err)
-					break
+					ec.add(err)
+					continue
 				}
 				n++
 			}
@@ -122,7 +141,7 @@ func parSlice[H any, L locker[H]](ctx context.Context, l L, conc int, d time.Dur
 	deadline = time.Now().Add(d)
 	close(start)
 	wg.Wait()
-	return done.Load(), first.get()
+	return done.Load()
 }
 
 // forEach calls f(i) for every i in [0, n) from conc goroutines and
@@ -186,24 +205,29 @@ func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t *tally, l L,
 			return nil
 		})
 	}()
-	if err := forEach(len(names), conc, func(i int) error {
+	_ = forEach(len(names), conc, func(i int) error {
 		h, err := l.tryAcquire(ctx, names[i])
 		if err != nil {
-			return fmt.Errorf("acquire: %w", err)
+			t.errs.add(fmt.Errorf("acquire: %w", err))
+			return nil
 		}
 		held[i], got[i] = h, true
 		return nil
-	}); err != nil {
-		return err
-	}
+	})
 	return m.measure(ctx, t, func() (int64, error) {
-		err := forEach(len(names), conc, func(i int) error {
-			if err := l.renew(ctx, &held[i]); err != nil {
-				return fmt.Errorf("renew: %w", err)
+		var ok atomic.Int64
+		_ = forEach(len(names), conc, func(i int) error {
+			if !got[i] {
+				return nil
 			}
+			if err := l.renew(ctx, &held[i]); err != nil {
+				t.errs.add(fmt.Errorf("renew: %w", err))
+				return nil
+			}
+			ok.Add(1)
 			return nil
 		})
-		return int64(len(names)), err
+		return ok.Load(), nil
 	})
 }
 
@@ -244,13 +268,17 @@ func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cn
 			return err
 		}
 		if handles[i], err = c.TryAcquire(ctx, k, p); err != nil {
-			return fmt.Errorf("acquire: %w", err)
+			t.errs.add(fmt.Errorf("acquire: %w", err))
+			handles[i] = nil
 		}
 		return nil
 	}); err != nil {
 		return 0, err
 	}
 	if err := forEach(len(names), sz.conc, func(i int) error {
+		if handles[i] == nil {
+			return nil
+		}
 		if _, err := handles[i].StartManaged(ctx); err != nil {
 			return fmt.Errorf("start managed: %w", err)
 		}
@@ -270,6 +298,9 @@ func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cn
 		return 0, err
 	}
 	for _, h := range handles {
+		if h == nil {
+			continue
+		}
 		switch s := h.State(); s {
 		case leaseapi.StateActive:
 		case leaseapi.StateUncertain:
@@ -286,12 +317,12 @@ func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cn
 // TryAcquire or with the layer's own acquire.
 type contenders struct {
 	name string
-	run  func(ctx context.Context, sz sizes, key string) (handoffResult, error)
+	run  func(ctx context.Context, sz sizes, key string, ec *errCount) (handoffResult, error)
 }
 
 func bindMany[H any, L locker[H]](name string, ls []L, block bool) contenders {
-	return contenders{name: name, run: func(ctx context.Context, sz sizes, key string) (handoffResult, error) {
-		return handoffSlice[H](ctx, ls, block, sz, key)
+	return contenders{name: name, run: func(ctx context.Context, sz sizes, key string, ec *errCount) (handoffResult, error) {
+		return handoffSlice[H](ctx, ls, block, sz, key, ec)
 	}}
 }
 
@@ -388,13 +419,16 @@ func (s *handoffState) waitPast(ctx context.Context, k int64, cap time.Duration)
 
 // handoffSlice runs the contenders on key for sz.handSlice, as the peers
 // harness's handoff workload does.
-func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, sz sizes, key string) (handoffResult, error) {
+//
+// A failed acquire or release is counted in ec; the contender pauses 1ms
+// (after a failed acquire) and goes on. A fencing violation (a token not
+// above the previous acquisition's) or two holders at once fail the slice.
+func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, sz sizes, key string, ec *errCount) (handoffResult, error) {
 	end := time.Now().Add(sz.handSlice)
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	st := &handoffState{ch: make(chan struct{})}
 	var inside, overlap atomic.Int64
-	var first firstError
 	var wg sync.WaitGroup
 	for g, l := range ls {
 		wg.Go(func() {
@@ -425,9 +459,9 @@ func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, s
 					// runCtx reports it (valkey-go times a call out by the
 					// deadline itself): that is the end of the slice too.
 					if runCtx.Err() == nil && time.Now().Before(end) {
-						first.put(fmt.Errorf("contender %d acquire: %w", g, err))
-						cancel()
-						return
+						ec.add(fmt.Errorf("contender %d acquire: %w", g, err))
+						time.Sleep(time.Millisecond)
+						continue
 					}
 					st.waited(time.Since(t0)) // the end of the slice cut this wait short
 					return
@@ -440,9 +474,7 @@ func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, s
 				time.Sleep(sz.hold)
 				inside.Add(-1)
 				if err := l.release(context.WithoutCancel(ctx), &h); err != nil {
-					first.put(fmt.Errorf("contender %d release: %w", g, err))
-					cancel()
-					return
+					ec.add(fmt.Errorf("contender %d release: %w", g, err))
 				}
 				st.released(k, time.Now())
 				st.waitPast(runCtx, k, sz.yieldCap)
@@ -456,9 +488,6 @@ func handoffSlice[H any, L locker[H]](ctx context.Context, ls []L, block bool, s
 		})
 	}
 	wg.Wait()
-	if err := first.get(); err != nil {
-		return handoffResult{}, err
-	}
 	if st.viol != "" {
 		return handoffResult{}, errors.New("fencing violation: " + st.viol)
 	}
