@@ -48,9 +48,11 @@ type Backend interface {
 	Release(ctx context.Context, rec Record) error
 }
 
-// Inspector is an optional [Backend] capability: read a key's state without
+// Inspector is an optional [Backend] capability (claimed with
+// [Capabilities.Inspect], see [CapabilitiesOf]): read a key's state without
 // changing it. The runtime uses it to resolve an acquisition whose reply
-// was lost (adopting the grant if it carries the acquirer's owner id);
+// was lost (adopting the grant if it carries the acquirer's owner id and
+// the backend also claims [Capabilities.Adopt]);
 // operators use it for tooling. Inspect returns the key's latest token in
 // rec.Token even when the key is not held; held reports whether a live grant
 // exists, in which case rec is that grant.
@@ -58,19 +60,8 @@ type Inspector interface {
 	Inspect(ctx context.Context, key Key) (rec Record, held bool, err error)
 }
 
-// Adopter is an optional [Backend] capability. By default the runtime
-// resolves an acquisition whose reply was lost by reading the key
-// ([Inspector]) and adopts the grant if it carries the acquirer's owner id.
-// A backend for which such a read is not proof that the grant is durable
-// (Valkey with WaitReplicas: the grant may exist on the primary but on no
-// replica) reports CanAdopt() == false; the runtime then never adopts: the
-// acquisition fails with ErrAmbiguousOutcome and an orphaned grant expires
-// at its TTL.
-type Adopter interface {
-	CanAdopt() bool
-}
-
-// ReleaseWatcher is an optional [Backend] capability for fast hand-off:
+// ReleaseWatcher is an optional [Backend] capability (claimed with
+// [Capabilities.WatchRelease]) for fast hand-off:
 // waiters in Acquire wake as soon as a holder releases instead of sleeping
 // a retry interval. Notifications are best effort (a missed one costs one
 // retry interval, never safety); expiry is not notified.
@@ -95,9 +86,10 @@ type RenewResult struct {
 	Err    error
 }
 
-// BatchRenewer is an optional [Backend] capability: renew many grants in one
-// round trip. Each element has exactly the semantics of [Backend.Renew];
-// results are in request order. A failure of the whole batch gives every
+// BatchRenewer is an optional [Backend] capability (claimed with
+// [Capabilities.RenewBatch]): renew many grants in one round trip. Each
+// element has exactly the semantics of [Backend.Renew]; results are in
+// request order. A failure of the whole batch gives every
 // element the same classified error ([ErrAmbiguousOutcome] once anything
 // was sent).
 type BatchRenewer interface {
@@ -128,14 +120,4 @@ type Sleeper interface {
 // (zero when max <= 0). Implementations must be safe for concurrent use.
 type RetrySource interface {
 	Jitter(max time.Duration) time.Duration
-}
-
-// NonBlocking is an optional [Backend] capability: a backend whose
-// operations complete in process without waiting on I/O (the memory
-// backend) reports NeverBlocks() == true, and the runtime then skips the
-// OperationTimeout timer around its calls, which could never fire. Context
-// cancellation is still honoured. Wrappers forward their inner backend's
-// answer; anything that can wait must report false.
-type NonBlocking interface {
-	NeverBlocks() bool
 }

@@ -203,9 +203,9 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	return &Handle{c: c, s: s}, nil
 }
 
-// resolve settles an acquisition whose reply was lost by reading the key
-// (unless the backend says a read is no proof of a durable grant, see
-// leaseapi.Adopter):
+// resolve settles an acquisition whose reply was lost by reading the key,
+// only if the backend claims that such a read proves a durable grant
+// (leaseapi.Capabilities.Adopt; unclaimed, the outcome stays ambiguous):
 // if our owner id holds it, the grant is adopted, anchored at the original
 // send time (the grant cannot have started before it). If another owner
 // or nobody holds it, nothing of ours is live. If the key cannot be read,

@@ -129,33 +129,3 @@ func (b *batcher) loop() {
 		clear(batch)
 	}
 }
-
-// canAdopt reports whether every backend in b's wrapper chain allows
-// adopting a grant read back after a lost acquisition reply.
-func canAdopt(b leaseapi.Backend) bool {
-	for b != nil {
-		if a, ok := b.(leaseapi.Adopter); ok && !a.CanAdopt() {
-			return false
-		}
-		u, ok := b.(interface{ Unwrap() leaseapi.Backend })
-		if !ok {
-			return true
-		}
-		b = u.Unwrap()
-	}
-	return true
-}
-
-// canBatch reports whether b, or the backend it wraps (through an Unwrap
-// method, as ObservedBackend has), renews in batches natively.
-func canBatch(b leaseapi.Backend) bool {
-	for b != nil {
-		if u, ok := b.(interface{ Unwrap() leaseapi.Backend }); ok {
-			b = u.Unwrap()
-			continue
-		}
-		_, ok := b.(leaseapi.BatchRenewer)
-		return ok
-	}
-	return false
-}

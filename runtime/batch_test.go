@@ -23,6 +23,12 @@ type batchingBackend struct {
 	singles int
 }
 
+// Capabilities claims batched renewal: the runtime batches only for a
+// backend that claims it.
+func (b *batchingBackend) Capabilities() leaseapi.Capabilities {
+	return leaseapi.Capabilities{RenewBatch: true}
+}
+
 func (b *batchingBackend) TryAcquire(ctx context.Context, k leaseapi.Key, o string, ttl time.Duration) (leaseapi.Record, error) {
 	return b.s.TryAcquire(ctx, k, o, ttl)
 }

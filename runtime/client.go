@@ -44,7 +44,7 @@ type ClientOptions struct {
 	// MaxClientManaged). One more StartManaged fails with ErrCapacity.
 	MaxManaged uint32
 	// NoBatching makes every renewal its own backend call even when the
-	// backend can renew in batches (leaseapi.BatchRenewer).
+	// backend claims batched renewal (leaseapi.Capabilities.RenewBatch).
 	NoBatching bool
 }
 
@@ -54,15 +54,16 @@ type ClientOptions struct {
 // any number of processes, may share a backend.
 type Client struct {
 	b         leaseapi.Backend
-	inspector leaseapi.Inspector      // nil if the backend cannot inspect
-	watcher   leaseapi.ReleaseWatcher // nil if the backend cannot notify
-	// unbounded: the backend never blocks (leaseapi.NonBlocking), so its
-	// calls need no OperationTimeout timer.
+	inspector leaseapi.Inspector      // nil unless the backend claims Inspect
+	watcher   leaseapi.ReleaseWatcher // nil unless the backend claims WatchRelease
+	// unbounded: the backend claims NeverBlocks (leaseapi.Capabilities), so
+	// its calls need no OperationTimeout timer.
 	unbounded bool
 	// batch coalesces renewals for a BatchRenewer backend; nil otherwise.
 	batch *batcher
 	// canAdopt: a lost acquisition reply may be resolved by Inspect and
-	// adopted (false when the backend, or one it wraps, says otherwise).
+	// adopted, because the backend claims Adopt (leaseapi.Capabilities);
+	// false when it does not say so.
 	canAdopt bool
 	clk      clock.Clock
 	owners   leaseapi.OwnerSource
@@ -115,12 +116,17 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		sups:    make(map[*supervisor.Supervisor]struct{}),
 		drained: make(chan struct{}),
 	}
-	c.inspector, _ = b.(leaseapi.Inspector)
-	c.watcher, _ = b.(leaseapi.ReleaseWatcher)
-	if nb, ok := b.(leaseapi.NonBlocking); ok {
-		c.unbounded = nb.NeverBlocks()
+	// Capabilities are read once, only through leaseapi.CapabilitiesOf: an
+	// unclaimed capability is not used, whatever methods b happens to have.
+	caps := leaseapi.CapabilitiesOf(b)
+	if caps.Inspect {
+		c.inspector = b.(leaseapi.Inspector)
 	}
-	c.canAdopt = canAdopt(b)
+	if caps.WatchRelease {
+		c.watcher = b.(leaseapi.ReleaseWatcher)
+	}
+	c.unbounded = caps.NeverBlocks
+	c.canAdopt = caps.Adopt
 	wall := c.clk == nil
 	if wall {
 		c.clk = clock.New()
@@ -137,8 +143,8 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	c.maxWaiters = int64(cmpOr(o.MaxWaiters, DefaultMaxWaiters))
 	c.managed.max = int64(cmpOr(o.MaxManaged, DefaultMaxManaged))
 	c.life, c.cancelLife = context.WithCancel(context.Background())
-	if br, ok := b.(leaseapi.BatchRenewer); ok && canBatch(b) && !c.unbounded && !o.NoBatching {
-		c.batch = newBatcher(br, c.clk, c.life)
+	if caps.RenewBatch && !c.unbounded && !o.NoBatching {
+		c.batch = newBatcher(b.(leaseapi.BatchRenewer), c.clk, c.life)
 	}
 	c.sup = (&supervisor.Config{
 		Backend:      c.b,

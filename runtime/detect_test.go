@@ -107,7 +107,11 @@ func TestSkewedBackendClockFailsClosed(t *testing.T) {
 // grant read back after a lost reply is no proof of a durable grant.
 type noAdopt struct{ *simtest.Faulty }
 
-func (noAdopt) CanAdopt() bool { return false }
+func (n noAdopt) Capabilities() leaseapi.Capabilities {
+	c := n.Faulty.Capabilities()
+	c.Adopt = false
+	return c
+}
 
 func TestNoAdoptionWhenBackendForbidsIt(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {

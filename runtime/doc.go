@@ -19,10 +19,18 @@
 //
 //   - Every operation that lacks a reliable outcome leaves the handle
 //     Uncertain (no admission) until a renew or validate succeeds in time.
-//     A lost acquisition reply is resolved by reading the key (if the
-//     backend can) and adopting the grant only if it carries this
-//     acquisition's owner id, anchored at the original send time; it is
-//     never retried blind.
+//     A lost acquisition reply is resolved by reading the key, only if the
+//     backend claims that such a read proves a durable grant
+//     (leaseapi.Capabilities.Adopt), and adopting the grant only if it
+//     carries this acquisition's owner id, anchored at the original send
+//     time; otherwise the call fails with ErrAmbiguousOutcome and the grant,
+//     if any, expires at its TTL. It is never retried blind.
+//
+//   - Optional capabilities are read once, in NewClient, through
+//     leaseapi.CapabilitiesOf and nothing else: an unclaimed capability is
+//     not used, so a wrapper that forwards only the four Backend methods is
+//     never less safe than the store it wraps (no adoption, no batching,
+//     every call bounded by OperationTimeout).
 //
 //   - Tokens come from the backend and strictly increase per key. A lease
 //     cannot stop a paused process: pass Handle.Token to the resource and

@@ -16,8 +16,8 @@ import (
 
 // ObservedBackend wraps a Backend and reports every call to observers as a
 // [leaseapi.Event]. Build one with [NewObservedBackend]. It is safe for
-// concurrent use and forwards the optional capabilities (Inspector,
-// ReleaseWatcher, BatchRenewer) of the backend it wraps.
+// concurrent use and claims exactly the capabilities of the backend it
+// wraps ([ObservedBackend.Capabilities]).
 type ObservedBackend struct {
 	b         leaseapi.Backend
 	clk       leaseapi.Clock
@@ -66,7 +66,8 @@ func NewObservedBackend(b leaseapi.Backend, clk leaseapi.Clock, observers ...lea
 	return ob, nil
 }
 
-// Unwrap returns the wrapped backend.
+// Unwrap returns the wrapped backend. The runtime never looks through it
+// for capabilities: those come from [ObservedBackend.Capabilities].
 func (ob *ObservedBackend) Unwrap() leaseapi.Backend { return ob.b }
 
 // Dropped returns how many events were dropped because an observer was
@@ -153,11 +154,12 @@ func (ob *ObservedBackend) Inspect(ctx context.Context, k leaseapi.Key) (leaseap
 	return rec, held, err
 }
 
-// NeverBlocks implements leaseapi.NonBlocking by asking the wrapped
-// backend. Observers run on the calling goroutine; they must not block.
-func (ob *ObservedBackend) NeverBlocks() bool {
-	nb, ok := ob.b.(leaseapi.NonBlocking)
-	return ok && nb.NeverBlocks()
+// Capabilities implements leaseapi.Capable: exactly what the wrapped
+// backend claims (leaseapi.CapabilitiesOf), no more. Inspect, WatchRelease
+// and RenewBatch exist on every ObservedBackend, but the runtime uses them
+// only when the wrapped backend claims them.
+func (ob *ObservedBackend) Capabilities() leaseapi.Capabilities {
+	return leaseapi.CapabilitiesOf(ob.b)
 }
 
 // WatchRelease implements leaseapi.ReleaseWatcher; if the wrapped backend

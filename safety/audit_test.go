@@ -78,15 +78,16 @@ func (l *callLog) snapshot() []serveraudit.Call {
 }
 
 // recorded is a store of the env that records its mutations in log. It
-// forwards Inspect, WatchRelease and RenewBatch, and Unwrap lets the
-// runtime see the store's own capabilities (batching, CanAdopt).
+// forwards Inspect, WatchRelease and RenewBatch, and claims the store's own
+// capabilities (batching, Adopt), so the runtime treats it as the store.
 type recorded struct {
 	b    leaseapi.Backend
 	name string
 	log  *callLog
 }
 
-func (r *recorded) Unwrap() leaseapi.Backend { return r.b }
+// Capabilities implements leaseapi.Capable: the store's claims.
+func (r *recorded) Capabilities() leaseapi.Capabilities { return leaseapi.CapabilitiesOf(r.b) }
 
 func (r *recorded) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	i := r.log.begin(serveraudit.Call{Client: r.name, Op: serveraudit.OpAcquire, Key: k.String(), Owner: owner})

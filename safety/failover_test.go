@@ -222,8 +222,8 @@ func failoverRun(t *testing.T) {
 		e.granted(h)
 		// Regression test: a lost reply is ErrAmbiguousOutcome and the
 		// store says a grant read back from the primary is no proof of a
-		// replicated grant (valkey.Store.CanAdopt is false with
-		// WaitReplicas), so the runtime never adopts it.
+		// replicated grant (valkey.Store.Capabilities claims no Adopt
+		// with WaitReplicas), so the runtime never adopts it.
 		st := h.State()
 		_ = h.Release(ctx)
 		t.Errorf("with WaitReplicas, an acquisition whose reply was lost was adopted (token %d, %v) although no replica acknowledged it", h.Token(), st)

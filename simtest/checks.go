@@ -334,6 +334,10 @@ func (c *ledgerClient) WatchRelease(k leaseapi.Key) (<-chan struct{}, func()) {
 	return nil, func() {}
 }
 
+// Capabilities implements leaseapi.Capable: the wrapped backend's claims
+// (the ledger only records calls; it neither blocks nor changes reads).
+func (c *ledgerClient) Capabilities() leaseapi.Capabilities { return leaseapi.CapabilitiesOf(c.b) }
+
 type ledgerServer struct {
 	l *Ledger
 	b leaseapi.Backend
@@ -379,3 +383,6 @@ func (s *ledgerServer) WatchRelease(k leaseapi.Key) (<-chan struct{}, func()) {
 	}
 	return nil, func() {}
 }
+
+// Capabilities implements leaseapi.Capable: the wrapped backend's claims.
+func (s *ledgerServer) Capabilities() leaseapi.Capabilities { return leaseapi.CapabilitiesOf(s.b) }

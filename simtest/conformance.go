@@ -61,14 +61,16 @@ type conformanceCase struct {
 
 // Conformance runs the cross-backend conformance suite against h. Every
 // subtest runs in parallel with a fresh backend from h.New. Backends that
-// implement the optional capabilities (Inspector, ReleaseWatcher,
-// BatchRenewer) are checked for them too.
+// claim the optional capabilities (leaseapi.CapabilitiesOf: Inspect,
+// WatchRelease, RenewBatch) are checked for them too, and every backend is
+// checked for the capability rule: a wrapper that forwards only the four
+// Backend methods is never less safe than the store it wraps.
 func Conformance(t *testing.T, h Harness) {
 	t.Helper()
 	if h.New == nil {
 		t.Fatal("simtest: Harness.New is nil")
 	}
-	for _, c := range conformanceCases {
+	for _, c := range append(conformanceCases[:len(conformanceCases):len(conformanceCases)], capabilityCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			if h.Simulated {
@@ -536,10 +538,10 @@ func testErrorsRedacted(t *testing.T, h Harness, b leaseapi.Backend) {
 }
 
 func testInspect(t *testing.T, h Harness, b leaseapi.Backend) {
-	in, ok := b.(leaseapi.Inspector)
-	if !ok {
-		t.Skip("backend does not implement leaseapi.Inspector")
+	if !leaseapi.CapabilitiesOf(b).Inspect {
+		t.Skip("backend does not claim Inspect")
 	}
+	in := b.(leaseapi.Inspector)
 	k := key(t, "inspect")
 	rec, held, err := in.Inspect(t.Context(), k)
 	if err != nil || held || rec.Token != 0 {
@@ -565,10 +567,10 @@ func testInspect(t *testing.T, h Harness, b leaseapi.Backend) {
 }
 
 func testReleaseWatch(t *testing.T, h Harness, b leaseapi.Backend) {
-	w, ok := b.(leaseapi.ReleaseWatcher)
-	if !ok {
-		t.Skip("backend does not implement leaseapi.ReleaseWatcher")
+	if !leaseapi.CapabilitiesOf(b).WatchRelease {
+		t.Skip("backend does not claim WatchRelease")
 	}
+	w := b.(leaseapi.ReleaseWatcher)
 	k := key(t, "watch")
 	other := key(t, "watch-other")
 	ch, stop := w.WatchRelease(k)
@@ -596,10 +598,10 @@ func testReleaseWatch(t *testing.T, h Harness, b leaseapi.Backend) {
 }
 
 func testRenewBatch(t *testing.T, h Harness, b leaseapi.Backend) {
-	br, ok := b.(leaseapi.BatchRenewer)
-	if !ok {
-		t.Skip("backend does not implement leaseapi.BatchRenewer")
+	if !leaseapi.CapabilitiesOf(b).RenewBatch {
+		t.Skip("backend does not claim RenewBatch")
 	}
+	br := b.(leaseapi.BatchRenewer)
 	live := acquire(t, b, key(t, "batch/live"), ownerA, h.ttl())
 	stale := acquire(t, b, key(t, "batch/stale"), ownerA, h.ttl())
 	stale.Token++

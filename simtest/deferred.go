@@ -24,7 +24,8 @@ import (
 // One-shot faults are queued per operation, as [Faulty.Inject] does; calls
 // with nothing queued pass through. Late applications use a context that
 // keeps the call's values (so a [Ledger] attributes them) but never ends.
-// Deferred forwards Inspect (through the same machinery) and WatchRelease.
+// Deferred forwards Inspect (through the same machinery) and WatchRelease,
+// and claims the wrapped backend's capabilities except NeverBlocks.
 // Times are the time package's (simulated inside [Simulate]). It is safe for
 // concurrent use.
 type Deferred struct {
@@ -223,4 +224,12 @@ func (d *Deferred) WatchRelease(k leaseapi.Key) (<-chan struct{}, func()) {
 		return w.WatchRelease(k)
 	}
 	return nil, func() {}
+}
+
+// Capabilities implements leaseapi.Capable: the wrapped backend's claims,
+// except NeverBlocks (an injected fault can make any call wait).
+func (d *Deferred) Capabilities() leaseapi.Capabilities {
+	c := leaseapi.CapabilitiesOf(d.b)
+	c.NeverBlocks = false
+	return c
 }

@@ -44,7 +44,8 @@ const (
 
 // Faulty wraps a backend and injects faults: one-shot faults queued per
 // operation, a standing Mode, and a per-call Delay. It forwards Inspect
-// (subject to the standing mode) and WatchRelease. It records how many
+// (subject to the standing mode) and WatchRelease, and claims the wrapped
+// backend's capabilities except NeverBlocks. It records how many
 // calls of each operation reached it. It is safe for concurrent use.
 type Faulty struct {
 	b leaseapi.Backend
@@ -229,4 +230,12 @@ func (f *Faulty) WatchRelease(k leaseapi.Key) (<-chan struct{}, func()) {
 		return w.WatchRelease(k)
 	}
 	return nil, func() {}
+}
+
+// Capabilities implements leaseapi.Capable: the wrapped backend's claims,
+// except NeverBlocks (an injected fault can make any call wait).
+func (f *Faulty) Capabilities() leaseapi.Capabilities {
+	c := leaseapi.CapabilitiesOf(f.b)
+	c.NeverBlocks = false
+	return c
 }

@@ -94,7 +94,7 @@ type Config struct {
 	// the lease's renewals and replies wait for it.
 	OnStateChange func(StateChange)
 	// Unbounded skips the OperationTimeout timer around backend calls, for
-	// a backend that never blocks (leaseapi.NonBlocking).
+	// a backend that never blocks (leaseapi.Capabilities.NeverBlocks).
 	Unbounded bool
 	// Renewer performs renewals; nil means Backend.Renew. The runtime
 	// passes a batching renewer for backends that renew in batches.

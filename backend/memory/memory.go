@@ -41,10 +41,10 @@ type Options struct {
 	Clock leaseapi.Clock
 }
 
-// Store is the memory backend; make one with [New]. It implements [leaseapi.Backend],
-// [leaseapi.Inspector], [leaseapi.ReleaseWatcher],
-// [leaseapi.BatchRenewer] and [leaseapi.NonBlocking]. It is safe for concurrent use and starts no
-// goroutine, so it needs no Close.
+// Store is the memory backend; make one with [New]. It implements
+// [leaseapi.Backend], [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
+// [leaseapi.BatchRenewer], and claims them ([Store.Capabilities]). It is
+// safe for concurrent use and starts no goroutine, so it needs no Close.
 type Store struct {
 	clk leaseapi.Clock
 
@@ -81,9 +81,17 @@ func New(o Options) (*Store, error) {
 	}, nil
 }
 
-// NeverBlocks implements [leaseapi.NonBlocking]: every operation is one
-// short critical section.
-func (s *Store) NeverBlocks() bool { return true }
+// Capabilities implements [leaseapi.Capable]: Inspect (a read under the
+// store's mutex), Adopt (a grant read back is the grant: there is nothing
+// more durable to wait for), WatchRelease, RenewBatch, and NeverBlocks
+// (every operation is one short critical section). A Store that [New] did
+// not make claims nothing.
+func (s *Store) Capabilities() leaseapi.Capabilities {
+	if s.ready("capabilities") != nil {
+		return leaseapi.Capabilities{}
+	}
+	return leaseapi.Capabilities{Inspect: true, Adopt: true, WatchRelease: true, RenewBatch: true, NeverBlocks: true}
+}
 
 // ready returns ErrInvalidState for a Store that New did not make.
 func (s *Store) ready(op string) error {

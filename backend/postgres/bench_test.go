@@ -234,14 +234,12 @@ func BenchmarkRenewConcurrent10k(b *testing.B) {
 	storetest.BenchRenewConcurrent(b, s, reqs, serverCPU(b, pool))
 }
 
-// countingStore counts the renewals the runtime sends, batched or not. It
-// forwards Unwrap so the runtime still sees a BatchRenewer.
+// countingStore counts the renewals the runtime sends, batched or not. The
+// embedded Store's Capabilities are promoted, so the runtime still batches.
 type countingStore struct {
 	*postgres.Store
 	renewals atomic.Int64
 }
-
-func (c *countingStore) Unwrap() leaseapi.Backend { return c.Store }
 
 func (c *countingStore) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	c.renewals.Add(1)

@@ -87,7 +87,8 @@ func (n names) channel() string {
 
 // Store is the PostgreSQL backend. It implements [leaseapi.Backend],
 // [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
-// [leaseapi.BatchRenewer], plus the fencing helpers [Store.Fence],
+// [leaseapi.BatchRenewer] and claims them ([Store.Capabilities]), plus the
+// fencing helpers [Store.Fence],
 // [Store.AdvanceFence] and [Store.FencedWrite].
 //
 // A Store is safe for concurrent use. It borrows the pool (the caller closes
@@ -111,8 +112,9 @@ type Store struct {
 	watches *watchhub.Hub[string, string]
 }
 
-// The capabilities the runtime discovers by type assertion.
+// The capabilities the Store implements and claims ([Store.Capabilities]).
 var (
+	_ leaseapi.Capable        = (*Store)(nil)
 	_ leaseapi.Backend        = (*Store)(nil)
 	_ leaseapi.Inspector      = (*Store)(nil)
 	_ leaseapi.ReleaseWatcher = (*Store)(nil)
@@ -316,6 +318,21 @@ func keyHashString(k string) string {
 // 2^63-1: the backend never grants a larger one, so a record carrying one
 // cannot be current.
 func storable(tok leaseapi.Token) bool { return uint64(tok) <= math.MaxInt64 }
+
+// Capabilities implements [leaseapi.Capable]: Inspect, WatchRelease,
+// RenewBatch, and Adopt (a grant read back by Inspect is a committed row).
+// Adopt relies on the server's durability settings: with synchronous
+// standbys, a commit whose wait for the standby was cut short is visible
+// on the primary before any standby has it, the shape for which Valkey's
+// WaitReplicas withdraws the claim; the Store does not detect that
+// configuration. Never NeverBlocks: every call is a round trip. A Store
+// that [New] did not make claims nothing.
+func (s *Store) Capabilities() leaseapi.Capabilities {
+	if s.ready("capabilities") != nil {
+		return leaseapi.Capabilities{}
+	}
+	return leaseapi.Capabilities{Inspect: true, Adopt: true, WatchRelease: true, RenewBatch: true}
+}
 
 // ready refuses a Store that [New] did not make (the zero Store, a nil
 // *Store) with leaseapi.ErrInvalidState, before anything else is looked at.

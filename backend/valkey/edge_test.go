@@ -101,8 +101,8 @@ func TestZeroStore(t *testing.T) {
 		for _, r := range res {
 			wantKind(t, name+" RenewBatch", r.Err, leaseapi.ErrInvalidState)
 		}
-		if s.CanAdopt() {
-			t.Fatalf("%s CanAdopt: true, want false", name)
+		if c := s.Capabilities(); c != (leaseapi.Capabilities{}) {
+			t.Fatalf("%s Capabilities: %+v, want no claims", name, c)
 		}
 		if lk, tk := s.Keys(k); lk != "" || tk != "" {
 			t.Fatalf("%s Keys: %q %q, want empty", name, lk, tk)

@@ -61,8 +61,8 @@ type Options struct {
 
 // Store is the Valkey/Redis backend. It implements [leaseapi.Backend],
 // [leaseapi.Inspector], [leaseapi.ReleaseWatcher] and
-// [leaseapi.BatchRenewer], and publishes guarded cache values
-// ([Store.Guard]).
+// [leaseapi.BatchRenewer] and claims them ([Store.Capabilities]), and
+// publishes guarded cache values ([Store.Guard]).
 //
 // A Store is safe for concurrent use. Its only background resource is the
 // release subscription, started by the first [Store.WatchRelease] and
@@ -81,7 +81,7 @@ type Options struct {
 //
 // A Store not made by [New] (the zero value, or a nil *Store) does no I/O:
 // every method returns [leaseapi.ErrInvalidState] (RenewBatch for every
-// element), CanAdopt is false, WatchRelease's channel never receives and
+// element), it claims no capability, WatchRelease's channel never receives and
 // Close does nothing.
 type Store struct {
 	client       vk.Client
@@ -332,11 +332,19 @@ func renewResult(vals []int64, rec leaseapi.Record, op string) (leaseapi.Record,
 	return got, nil
 }
 
-// CanAdopt implements [leaseapi.Adopter]: with [Options.WaitReplicas] a
+// Capabilities implements [leaseapi.Capable]: Inspect, WatchRelease and
+// RenewBatch; and Adopt only without [Options.WaitReplicas]: with it, a
 // grant read back from the primary is no proof that any replica has it, so
 // the runtime must not adopt an acquisition whose reply was lost; it fails
-// with ErrAmbiguousOutcome and the grant, if any, expires at its TTL.
-func (s *Store) CanAdopt() bool { return !s.zero() && s.waitReplicas == 0 }
+// with ErrAmbiguousOutcome and the grant, if any, expires at its TTL. Never
+// NeverBlocks: every call is a round trip. A Store that [New] did not make
+// claims nothing.
+func (s *Store) Capabilities() leaseapi.Capabilities {
+	if s.zero() {
+		return leaseapi.Capabilities{}
+	}
+	return leaseapi.Capabilities{Inspect: true, Adopt: s.waitReplicas == 0, WatchRelease: true, RenewBatch: true}
+}
 
 // TryAcquire implements [leaseapi.Backend]: one script grants key to owner
 // for ttl (server time) unless a live grant exists ([leaseapi.ErrContended],
