@@ -23,7 +23,7 @@ import (
 // p.Wait, p.Retry and p.MaxAttempts are ignored. ctx bounds the call; each
 // backend call is also bounded by p.OperationTimeout.
 func (c *Client) TryAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
-	return c.acquire(ctx, key, p, false)
+	return c.observedAcquire(ctx, key, p, false)
 }
 
 // Acquire acquires key under policy p, retrying while the key is contended
@@ -36,7 +36,7 @@ func (c *Client) TryAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Po
 // and otherwise as [Client.TryAcquire]. With p.Wait zero it makes one
 // attempt. Close aborts a waiting Acquire with ErrInvalidState.
 func (c *Client) Acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
-	return c.acquire(ctx, key, p, true)
+	return c.observedAcquire(ctx, key, p, true)
 }
 
 func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {

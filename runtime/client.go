@@ -46,6 +46,20 @@ type ClientOptions struct {
 	// NoBatching makes every renewal its own backend call even when the
 	// backend claims batched renewal (leaseapi.Capabilities.RenewBatch).
 	NoBatching bool
+	// NoMetrics turns the exact metrics off: Client.Metrics then reports
+	// only the gauges (see metrics.go for what they cost when on).
+	NoMetrics bool
+	// OnStateChange, if set, receives every handle transition, best
+	// effort: in order, one call at a time, on a goroutine of the client
+	// (never a supervisor's), dropped and counted when 1,024 are already
+	// waiting for it.
+	OnStateChange func(StateChange)
+	// Tracer, if set, wraps every public operation (see [Tracer]).
+	Tracer Tracer
+	// KeyHasher hashes keys for state changes and traces. Nil draws a
+	// random secret for this client; share one across a fleet to follow a
+	// lease from process to process.
+	KeyHasher *KeyHasher
 }
 
 // Client acquires leases on one backend and owns the supervisors of the
@@ -69,6 +83,13 @@ type Client struct {
 	owners   leaseapi.OwnerSource
 	sleeper  leaseapi.Sleeper
 	retry    leaseapi.RetrySource
+
+	// Telemetry (metrics.go, statechange.go, trace.go): m is nil when
+	// metrics are off, tracer nil when untraced, events nil without a hook.
+	m      *clientMetrics
+	tracer Tracer
+	hasher *KeyHasher
+	events *stateQueue
 
 	maxWaiters int64
 	waiters    atomic.Int64
@@ -146,7 +167,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	if caps.RenewBatch && !c.unbounded && !o.NoBatching {
 		c.batch = newBatcher(b.(leaseapi.BatchRenewer), c.clk, c.life)
 	}
-	c.sup = (&supervisor.Config{
+	sup := &supervisor.Config{
 		Backend:      c.b,
 		Clock:        c.clk,
 		WallClock:    wall,
@@ -156,7 +177,12 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		OnExit:       c.unregister,
 		Unbounded:    c.unbounded,
 		Renewer:      c.renewer(),
-	}).Defaults()
+	}
+	if err := c.initTelemetry(o, sup); err != nil {
+		c.cancelLife()
+		return nil, err
+	}
+	c.sup = sup.Defaults()
 	return c, nil
 }
 
@@ -280,6 +306,9 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	if c.batch != nil {
 		c.batch.wait() // its loop ends with life, canceled above
+	}
+	if c.events != nil {
+		c.events.wait() // no supervisor is left to report a change
 	}
 	return err
 }

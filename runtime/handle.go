@@ -106,7 +106,10 @@ func (h *Handle) Renew(ctx context.Context) error {
 	if !h.usable() {
 		return errUnusable("renew")
 	}
-	return h.s.Renew(ctx)
+	ctx, sp := h.span(ctx, TraceRenew)
+	err := h.s.Renew(ctx)
+	sp.end(h.c, h, err)
+	return err
 }
 
 // Validate confirms with the backend that the lease is still this grant,
@@ -116,7 +119,10 @@ func (h *Handle) Validate(ctx context.Context) error {
 	if !h.usable() {
 		return errUnusable("validate")
 	}
-	return h.s.Validate(ctx)
+	ctx, sp := h.span(ctx, TraceValidate)
+	err := h.s.Validate(ctx)
+	sp.end(h.c, h, err)
+	return err
 }
 
 // Release gives the lease back (compare owner and token). It is idempotent:
@@ -133,7 +139,10 @@ func (h *Handle) Release(ctx context.Context) error {
 	if !h.usable() {
 		return errUnusable("release")
 	}
-	return h.s.Release(ctx)
+	ctx, sp := h.span(ctx, TraceRelease)
+	err := h.s.Release(ctx)
+	sp.end(h.c, h, err)
+	return err
 }
 
 // StartManaged starts managed renewal: the supervisor renews every

@@ -22,6 +22,8 @@ func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, f
 	if !c.usable() {
 		return errUnusable("run")
 	}
+	ctx, sp := c.startSpan(ctx, TraceRun, key, 0)
+	defer func() { sp.end(c, nil, err) }()
 	if fn == nil {
 		return leaseapi.NewError("run", leaseapi.ErrInvalidState, "nil function")
 	}

@@ -116,6 +116,7 @@ type effects struct {
 	publish   bool   // store a copy of core.view as the published View
 	changed   bool   // the state changed from from (hook)
 	from      leaseapi.State
+	fromErr   error    // the view's Err before the change (hook)
 	openLoss  bool     // make the loss channel; the reply carries it
 	loss      bool     // send lossV on the loss channel, then close it
 	lossV     Loss     //
@@ -186,7 +187,7 @@ const (
 // step applies event ev to c under policy p and returns the effects. It is
 // the only function that changes a core.
 func step(c *core, p *leaseapi.Policy, ev event) effects {
-	from := c.view.State
+	from, fromErr := c.view.State, c.view.Err
 	var e effects
 	switch {
 	case c.calling != 0:
@@ -233,7 +234,7 @@ func step(c *core, p *leaseapi.Policy, ev event) effects {
 		c.closing, e.call.onClose = true, true
 	}
 	if c.view.State != from {
-		e.publish, e.changed, e.from = true, true, from
+		e.publish, e.changed, e.from, e.fromErr = true, true, from, fromErr
 	}
 	if c.view.State.Terminal() && c.calling == 0 {
 		c.finish(&e, ev.at)

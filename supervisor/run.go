@@ -54,6 +54,7 @@ func (s *Supervisor) run() {
 			}
 			ev = event{kind: evOutcome, out: s.perform(e.call)}
 			ev.at = s.cfg.Clock.Now()
+			s.reportCall(e.call.op, &ev.out, ev.at)
 		}
 	}
 }
@@ -66,7 +67,7 @@ func (s *Supervisor) apply(e *effects, cur call, at time.Time) {
 	}
 	if e.changed && s.cfg.OnStateChange != nil {
 		v := &s.st.view
-		s.cfg.OnStateChange(StateChange{At: at, From: e.from, To: v.State, Cause: v.Err, Token: v.Record.Token})
+		s.cfg.OnStateChange(stateChange(e, v, at))
 	}
 	if e.openLoss {
 		s.loss = make(chan Loss, 1)

@@ -53,6 +53,11 @@ type StateChange struct {
 	From, To leaseapi.State
 	Cause    error
 	Token    leaseapi.Token
+	// Key is the lease's key (for the runtime's own use: it hashes it
+	// before anything leaves the client); Prev is the view's Err before
+	// the change (why it was Uncertain, if it was).
+	Key  leaseapi.Key
+	Prev error
 }
 
 // Gate bounds how many supervisors may run managed renewal at once. Enter
@@ -93,6 +98,10 @@ type Config struct {
 	// before the reply to the request that caused it. It must not block:
 	// the lease's renewals and replies wait for it.
 	OnStateChange func(StateChange)
+	// OnCall, if set, is called on the supervisor goroutine after each
+	// backend call, before its outcome is applied (see hooks.go). It must
+	// not block.
+	OnCall func(Call)
 	// Unbounded skips the OperationTimeout timer around backend calls, for
 	// a backend that never blocks (leaseapi.Capabilities.NeverBlocks).
 	Unbounded bool

@@ -1,0 +1,546 @@
+package runtime
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/supervisor"
+)
+
+// This file holds the Client's exact metrics: counters and fixed-bucket
+// histograms kept in atomics on one per-client struct, incremented where
+// the work happens (never derived from the best-effort events), and the
+// snapshot that exporters read. Recording allocates nothing and takes no
+// lock.
+
+// MetricsReader is what exporters poll: a [Client] is one.
+type MetricsReader interface {
+	// Metrics returns a snapshot of the counters; it never blocks on a
+	// lease and is safe for concurrent use.
+	Metrics() Metrics
+}
+
+// durationBounds are the upper bounds (inclusive) of the histogram
+// buckets, from in-process calls (microseconds) to long acquisition waits.
+var durationBounds = [...]time.Duration{
+	5 * time.Microsecond, 10 * time.Microsecond, 25 * time.Microsecond, 50 * time.Microsecond,
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+	30 * time.Second, time.Minute,
+}
+
+// HistogramBuckets is the number of buckets of every [Histogram]: one per
+// bound of [HistogramBounds] and one above the last.
+const HistogramBuckets = len(durationBounds) + 1
+
+// HistogramBounds returns the upper bounds of the histogram buckets, the
+// same for every histogram of every Client (a fresh copy).
+func HistogramBounds() []time.Duration {
+	out := make([]time.Duration, len(durationBounds))
+	copy(out, durationBounds[:])
+	return out
+}
+
+// Histogram is a snapshot of durations counted into fixed buckets:
+// Counts[i] counts durations d with HistogramBounds()[i-1] < d <=
+// HistogramBounds()[i] (the last bucket: above every bound). Sum is the
+// total of the durations. A snapshot taken while operations complete may
+// see a bucket count and Sum of slightly different instants; each is exact
+// at its own.
+type Histogram struct {
+	Counts [HistogramBuckets]uint64
+	Sum    time.Duration
+}
+
+// Count returns the number of durations counted.
+func (h Histogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// LossCause is why a lease ended without being released.
+type LossCause uint8
+
+// Loss causes. A lease that expired while Uncertain is counted by the
+// failure that made it Uncertain (unavailable or ambiguous); one that
+// expired from Active, by LossExpired.
+const (
+	// LossExpired: the deadline passed with no failed operation pending
+	// (an unmanaged lease not renewed in time, a grant that arrived late).
+	LossExpired LossCause = iota + 1
+	// LossStale: the backend proved another grant replaced this one.
+	LossStale
+	// LossRegression: a renewal changed the grant's token or owner.
+	LossRegression
+	// LossUnavailable: renewals failed with the backend unavailable
+	// until the deadline.
+	LossUnavailable
+	// LossAmbiguous: renewals had no reliable outcome until the deadline.
+	LossAmbiguous
+	// LossClosed: the client closed and could not release the lease.
+	LossClosed
+)
+
+// lossCauses lists every cause in the order of the counters.
+var lossCauses = [...]LossCause{LossExpired, LossStale, LossRegression, LossUnavailable, LossAmbiguous, LossClosed}
+
+// String returns the cause's lower-case name, used as a metric label.
+func (c LossCause) String() string {
+	switch c {
+	case LossExpired:
+		return "expired"
+	case LossStale:
+		return "stale"
+	case LossRegression:
+		return "regression"
+	case LossUnavailable:
+		return "unavailable"
+	case LossAmbiguous:
+		return "ambiguous"
+	case LossClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// kinds lists the outcome of every counter, in order: success (nil) and
+// each sentinel. Counters are indexed by position in this list, so they do
+// not depend on how leaseapi represents an Outcome.
+var kinds = [...]error{
+	nil, leaseapi.ErrContended, leaseapi.ErrTimeout, leaseapi.ErrCanceled,
+	leaseapi.ErrLost, leaseapi.ErrStaleOwner, leaseapi.ErrBackendUnavailable,
+	leaseapi.ErrInvalidState, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrCapacity,
+	leaseapi.ErrFencingRegression,
+}
+
+const nKinds = len(kinds)
+
+// kindIndex returns the position in kinds of the sentinel err matches.
+func kindIndex(err error) int {
+	if err == nil {
+		return 0
+	}
+	k := leaseapi.Kind(err)
+	for i := 1; i < nKinds; i++ {
+		if k == kinds[i] {
+			return i
+		}
+	}
+	return 6 // what leaseapi.OutcomeOf reports for an unclassified error: unavailable
+}
+
+// Backend operations that have latency histograms, in order.
+const (
+	callAcquire = iota
+	callRenew
+	callValidate
+	callRelease
+	callInspect
+	nCalls
+)
+
+// callOps maps a call index to its operation label.
+var callOps = [nCalls]leaseapi.Operation{
+	callAcquire:  leaseapi.OperationAcquire,
+	callRenew:    leaseapi.OperationRenew,
+	callValidate: leaseapi.OperationValidate,
+	callRelease:  leaseapi.OperationRelease,
+	callInspect:  leaseapi.OperationInspect,
+}
+
+// states lists the handle states in the order of the transition counters.
+var states = [...]leaseapi.State{
+	leaseapi.StateActive, leaseapi.StateUncertain, leaseapi.StateExpired,
+	leaseapi.StateLost, leaseapi.StateReleased,
+}
+
+const nStates = len(states)
+
+func stateIndex(s leaseapi.State) (int, bool) {
+	for i, x := range states {
+		if x == s {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// counter is a uint64 alone on its cache line, so that counters bumped by
+// different operations on different cores do not contend.
+type counter struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+func (c *counter) add() { c.n.Add(1) }
+
+// histogram is the recording side of [Histogram]; its sum leads on its
+// own cache line.
+type histogram struct {
+	sum    atomic.Int64 // nanoseconds
+	_      [56]byte
+	counts [HistogramBuckets]atomic.Uint64
+}
+
+func (h *histogram) observe(d time.Duration) {
+	// Binary search over the fixed bounds: 5 comparisons.
+	lo, hi := 0, len(durationBounds)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if d > durationBounds[mid] {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	h.counts[lo].Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *histogram) snapshot() Histogram {
+	var s Histogram
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Sum = time.Duration(h.sum.Load())
+	return s
+}
+
+// clientMetrics is a Client's recording side. A nil *clientMetrics (metrics
+// off) records nothing: every method checks.
+type clientMetrics struct {
+	acquire      [nKinds]histogram
+	calls        [nCalls][nKinds]histogram
+	renewals     [nKinds]counter
+	releases     [nKinds]counter
+	losses       [len(lossCauses)]counter
+	transitions  [nStates][nStates]counter
+	eventDropped counter
+}
+
+// acquired records one Acquire/TryAcquire call, waits included.
+func (m *clientMetrics) acquired(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.acquire[kindIndex(err)].observe(d)
+}
+
+// called records one backend call of operation op (a call* index).
+func (m *clientMetrics) called(op int, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.calls[op][kindIndex(err)].observe(d)
+}
+
+// renewed records one renewal a handle sent to the backend.
+func (m *clientMetrics) renewed(err error) {
+	if m == nil {
+		return
+	}
+	m.renewals[kindIndex(err)].add()
+}
+
+// released records one release a handle (or Close) sent to the backend.
+func (m *clientMetrics) released(err error) {
+	if m == nil {
+		return
+	}
+	m.releases[kindIndex(err)].add()
+}
+
+// transitioned records one state change and, for a loss, its cause.
+func (m *clientMetrics) transitioned(from, to leaseapi.State, cause LossCause) {
+	if m == nil {
+		return
+	}
+	if f, ok := stateIndex(from); ok {
+		if t, ok := stateIndex(to); ok {
+			m.transitions[f][t].add()
+		}
+	}
+	if cause != 0 {
+		m.losses[cause-1].add()
+	}
+}
+
+// dropped records one state-change event not delivered.
+func (m *clientMetrics) dropped() {
+	if m == nil {
+		return
+	}
+	m.eventDropped.add()
+}
+
+// Metrics is a snapshot of one Client's exact metrics (see
+// [Client.Metrics]). Each counter is exact: it counts every operation of
+// its kind the Client completed before the snapshot read it. Series whose
+// count is zero are left out of the slices, which are in a fixed order.
+type Metrics struct {
+	// Acquisitions: every Acquire and TryAcquire call (Run's too), by
+	// outcome, with its duration including waits and retries.
+	Acquisitions []OutcomeHistogram
+	// BackendCalls: every call the Client and its supervisors made to the
+	// backend, by operation and outcome, with its latency as the caller
+	// saw it (a batched renewal includes its wait for the batch).
+	BackendCalls []CallHistogram
+	// Renewals: every renewal a handle sent to the backend (Renew and
+	// managed renewal), by outcome.
+	Renewals []OutcomeCount
+	// Releases: every release a handle sent to the backend (Release, and
+	// Close for the leases still held), by outcome. A Release answered
+	// without I/O (already released, or Lost) is not counted.
+	Releases []OutcomeCount
+	// Losses: every lease that ended Expired or Lost, by cause.
+	Losses []LossCount
+	// StateChanges: every handle transition, by from and to state.
+	StateChanges []TransitionCount
+	// StateChangesDropped counts state-change events not delivered to
+	// ClientOptions.OnStateChange (its queue was full, or it panicked).
+	StateChangesDropped uint64
+	// Held: leases with a live supervisor; Managed: handles under managed
+	// renewal; Waiting: Acquire/TryAcquire calls in flight. Gauges, read
+	// at the snapshot.
+	Held, Managed, Waiting int64
+}
+
+// OutcomeHistogram is a [Histogram] of operations with one outcome.
+type OutcomeHistogram struct {
+	Outcome leaseapi.Outcome
+	Histogram
+}
+
+// CallHistogram is a [Histogram] of backend calls of one operation with
+// one outcome.
+type CallHistogram struct {
+	Operation leaseapi.Operation
+	Outcome   leaseapi.Outcome
+	Histogram
+}
+
+// OutcomeCount counts operations with one outcome.
+type OutcomeCount struct {
+	Outcome leaseapi.Outcome
+	N       uint64
+}
+
+// LossCount counts losses with one cause.
+type LossCount struct {
+	Cause LossCause
+	N     uint64
+}
+
+// TransitionCount counts handle transitions from one state to another.
+type TransitionCount struct {
+	From, To leaseapi.State
+	N        uint64
+}
+
+// Acquisition returns the histogram of acquisitions with outcome o (zero
+// if none).
+func (m Metrics) Acquisition(o leaseapi.Outcome) Histogram {
+	for _, h := range m.Acquisitions {
+		if h.Outcome == o {
+			return h.Histogram
+		}
+	}
+	return Histogram{}
+}
+
+// BackendCall returns the histogram of backend calls of operation op with
+// outcome o (zero if none).
+func (m Metrics) BackendCall(op leaseapi.Operation, o leaseapi.Outcome) Histogram {
+	for _, h := range m.BackendCalls {
+		if h.Operation == op && h.Outcome == o {
+			return h.Histogram
+		}
+	}
+	return Histogram{}
+}
+
+// Renewal returns how many renewals had outcome o.
+func (m Metrics) Renewal(o leaseapi.Outcome) uint64 { return countOf(m.Renewals, o) }
+
+// Release returns how many releases had outcome o.
+func (m Metrics) Release(o leaseapi.Outcome) uint64 { return countOf(m.Releases, o) }
+
+// Loss returns how many leases were lost for cause c.
+func (m Metrics) Loss(c LossCause) uint64 {
+	for _, l := range m.Losses {
+		if l.Cause == c {
+			return l.N
+		}
+	}
+	return 0
+}
+
+// StateChange returns how many handles went from one state to another.
+func (m Metrics) StateChange(from, to leaseapi.State) uint64 {
+	for _, t := range m.StateChanges {
+		if t.From == from && t.To == to {
+			return t.N
+		}
+	}
+	return 0
+}
+
+func countOf(cs []OutcomeCount, o leaseapi.Outcome) uint64 {
+	for _, c := range cs {
+		if c.Outcome == o {
+			return c.N
+		}
+	}
+	return 0
+}
+
+// outcomeAt returns the Outcome of the counters at position i.
+func outcomeAt(i int) leaseapi.Outcome { return leaseapi.OutcomeOf(kinds[i]) }
+
+// snapshot reads every counter once.
+func (m *clientMetrics) snapshot() Metrics {
+	var out Metrics
+	if m == nil {
+		return out
+	}
+	for i := range m.acquire {
+		if h := m.acquire[i].snapshot(); h.Count() > 0 {
+			out.Acquisitions = append(out.Acquisitions, OutcomeHistogram{Outcome: outcomeAt(i), Histogram: h})
+		}
+	}
+	for op := range m.calls {
+		for i := range m.calls[op] {
+			if h := m.calls[op][i].snapshot(); h.Count() > 0 {
+				out.BackendCalls = append(out.BackendCalls, CallHistogram{Operation: callOps[op], Outcome: outcomeAt(i), Histogram: h})
+			}
+		}
+	}
+	out.Renewals = counts(&m.renewals)
+	out.Releases = counts(&m.releases)
+	for i, c := range lossCauses {
+		if n := m.losses[i].n.Load(); n > 0 {
+			out.Losses = append(out.Losses, LossCount{Cause: c, N: n})
+		}
+	}
+	for f := range m.transitions {
+		for t := range m.transitions[f] {
+			if n := m.transitions[f][t].n.Load(); n > 0 {
+				out.StateChanges = append(out.StateChanges, TransitionCount{From: states[f], To: states[t], N: n})
+			}
+		}
+	}
+	out.StateChangesDropped = m.eventDropped.n.Load()
+	return out
+}
+
+func counts(cs *[nKinds]counter) []OutcomeCount {
+	var out []OutcomeCount
+	for i := range cs {
+		if n := cs[i].n.Load(); n > 0 {
+			out = append(out, OutcomeCount{Outcome: outcomeAt(i), N: n})
+		}
+	}
+	return out
+}
+
+// lossCause classifies a transition into a terminal state other than
+// Released: cause is the sentinel of the transition, pending the sentinel
+// that made the handle Uncertain before it (nil if it was Active). It
+// returns 0 for any other transition.
+func lossCause(to leaseapi.State, cause, pending error) LossCause {
+	switch to {
+	case leaseapi.StateLost:
+		switch leaseapi.Kind(cause) {
+		case leaseapi.ErrStaleOwner:
+			return LossStale
+		case leaseapi.ErrFencingRegression:
+			return LossRegression
+		}
+		return LossClosed
+	case leaseapi.StateExpired:
+		switch leaseapi.Kind(pending) {
+		case leaseapi.ErrBackendUnavailable:
+			return LossUnavailable
+		case leaseapi.ErrAmbiguousOutcome:
+			return LossAmbiguous
+		case leaseapi.ErrStaleOwner:
+			return LossStale
+		}
+		return LossExpired
+	}
+	return 0
+}
+
+// initTelemetry sets up metrics, tracing and the state-change queue from
+// o, routes the client's own backend calls through the metrics and sets
+// the supervisors' hooks in cfg. Capabilities were discovered on the
+// backend itself before.
+func (c *Client) initTelemetry(o ClientOptions, cfg *supervisor.Config) error {
+	c.hasher = o.KeyHasher
+	if c.hasher == nil && (o.Tracer != nil || o.OnStateChange != nil) {
+		h, err := randomKeyHasher()
+		if err != nil {
+			return err
+		}
+		c.hasher = h
+	}
+	c.tracer = o.Tracer
+	if !o.NoMetrics {
+		c.m = new(clientMetrics)
+	}
+	if o.OnStateChange != nil {
+		c.events = newStateQueue(o.OnStateChange, c.hasher, c.m)
+	}
+	if c.m != nil || c.events != nil {
+		cfg.OnStateChange = c.supervisorStateChange
+	}
+	if c.m == nil {
+		return nil
+	}
+	cfg.OnCall = c.supervisorCall
+	c.b = &meteredBackend{b: c.b, m: c.m, clk: c.clk}
+	if c.inspector != nil {
+		c.inspector = &meteredInspector{in: c.inspector, m: c.m, clk: c.clk}
+	}
+	return nil
+}
+
+// supervisorCall counts one backend call of a supervisor (OnCall hook).
+func (c *Client) supervisorCall(call supervisor.Call) {
+	d := call.Done.Sub(call.SentAt)
+	switch call.Kind {
+	case supervisor.CallRenew:
+		c.m.called(callRenew, d, call.Err)
+		c.m.renewed(call.Err)
+	case supervisor.CallValidate:
+		c.m.called(callValidate, d, call.Err)
+	case supervisor.CallRelease:
+		c.m.called(callRelease, d, call.Err)
+		c.m.released(call.Err)
+	}
+}
+
+// supervisorStateChange counts and queues one transition (OnStateChange
+// hook).
+func (c *Client) supervisorStateChange(sc supervisor.StateChange) {
+	c.stateChanged(sc.Key, sc.Token, sc.At, sc.From, sc.To, sc.Cause, sc.Prev)
+}
+
+// Metrics returns a snapshot of the client's exact metrics (see
+// [Metrics]); with ClientOptions.NoMetrics only the gauges are filled in.
+// It never blocks on a lease; it is safe for concurrent use, also after
+// Close.
+func (c *Client) Metrics() Metrics {
+	m := c.m.snapshot()
+	m.Held = int64(c.Held())
+	m.Managed = c.managed.n.Load()
+	m.Waiting = c.waiters.Load()
+	return m
+}
