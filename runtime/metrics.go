@@ -536,8 +536,11 @@ func (c *Client) supervisorStateChange(sc supervisor.StateChange) {
 // Metrics returns a snapshot of the client's exact metrics (see
 // [Metrics]); with ClientOptions.NoMetrics only the gauges are filled in.
 // It never blocks on a lease; it is safe for concurrent use, also after
-// Close.
+// Close. A zero or nil Client reports zero metrics.
 func (c *Client) Metrics() Metrics {
+	if !c.usable() {
+		return Metrics{}
+	}
 	m := c.m.snapshot()
 	m.Held = int64(c.Held())
 	m.Managed = c.managed.n.Load()

@@ -157,6 +157,9 @@ func (sp span) end(c *Client, h *Handle, err error) {
 
 // observedAcquire is Acquire/TryAcquire with its metrics and trace.
 func (c *Client) observedAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
+	if !c.usable() {
+		return c.acquire(ctx, key, p, wait) // fails closed, untraced
+	}
 	op := TraceTryAcquire
 	if wait {
 		op = TraceAcquire
