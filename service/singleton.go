@@ -251,28 +251,36 @@ func (s *Singleton) releaseErr() error {
 // releasePart returns what of Run's error err is not fn's own error fnErr
 // and reports a release that failed: the parts matching
 // ErrBackendUnavailable or ErrAmbiguousOutcome (Run joins the release's
-// error with fn's). nil when the release succeeded.
+// error with fn's, or with a loss). nil when the release succeeded.
 func releasePart(err, fnErr error) error {
 	if err == nil || err == fnErr {
 		return nil
 	}
-	var parts []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok && fnErr != nil {
-		parts = j.Unwrap()
-	} else {
-		parts = []error{err}
-	}
-	var out []error
-	for _, e := range parts {
-		if e == fnErr {
-			continue
-		}
-		switch leaseapi.Kind(e) {
-		case leaseapi.ErrBackendUnavailable, leaseapi.ErrAmbiguousOutcome:
-			out = append(out, e)
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts := j.Unwrap()
+		if len(parts) > 1 || !isReleaseFailure(err) {
+			var out []error
+			for _, e := range parts {
+				if r := releasePart(e, fnErr); r != nil {
+					out = append(out, r)
+				}
+			}
+			return errors.Join(out...)
 		}
 	}
-	return errors.Join(out...)
+	if isReleaseFailure(err) {
+		return err
+	}
+	return nil
+}
+
+// isReleaseFailure reports whether err is of a kind a failed release has.
+func isReleaseFailure(err error) bool {
+	switch leaseapi.Kind(err) {
+	case leaseapi.ErrBackendUnavailable, leaseapi.ErrAmbiguousOutcome:
+		return true
+	}
+	return false
 }
 
 // loop campaigns, leads, steps down and campaigns again until ctx ends.
