@@ -209,8 +209,8 @@ func valkeyKit(srv valkeyServer) kit {
 const pgConns, pgHandoffConns = 64, 2
 
 func postgresKit(srv postgresServer) kit {
-	newStore := func(p *pgxpool.Pool, cs *closers) (*postgres.Store, error) {
-		s, err := postgres.New(p, postgres.Options{Schema: srv.schema})
+	newStore := func(p *pgxpool.Pool, opts postgres.Options, cs *closers) (*postgres.Store, error) {
+		s, err := postgres.New(p, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -233,11 +233,11 @@ func postgresKit(srv postgresServer) kit {
 				if err != nil {
 					return nil, err
 				}
-				ss, err := newStore(p, &cs)
+				ss, err := newStore(p, srv.options(), &cs)
 				if err != nil {
 					return nil, err
 				}
-				sa, err := newStore(p, &cs)
+				sa, err := newStore(p, srv.options(), &cs)
 				if err != nil {
 					return nil, err
 				}
@@ -250,7 +250,7 @@ func postgresKit(srv postgresServer) kit {
 					bindOne[leaseapi.Record]("store", newStoreLocker(ss, tag+"-s", ttl)),
 					bindOne[*runtime.Handle]("api", api),
 				}}
-				sm, err := newStore(p, &cs)
+				sm, err := newStore(p, srv.options(), &cs)
 				if err != nil {
 					return nil, err
 				}
@@ -279,19 +279,20 @@ func postgresKit(srv postgresServer) kit {
 					if p, err = pool(ctx, pgHandoffConns, &cs); err != nil {
 						return nil, err
 					}
-					s, err := newStore(p, &cs)
+					s, err := newStore(p, srv.options(), &cs)
 					if err != nil {
 						return nil, err
 					}
 					stores = append(stores, newStoreLocker(s, tag+"-s", sz.ttl))
 					for _, v := range []struct {
-						ns string
-						to *[]*apiLocker
-					}{{tag + "-a", &apis}, {tag + "-w", &waits}} {
+						ns   string
+						to   *[]*apiLocker
+						opts postgres.Options
+					}{{tag + "-a", &apis, srv.options()}, {tag + "-w", &waits, srv.waitOptions()}} {
 						if p, err = pool(ctx, pgHandoffConns, &cs); err != nil {
 							return nil, err
 						}
-						s, err := newStore(p, &cs)
+						s, err := newStore(p, v.opts, &cs)
 						if err != nil {
 							return nil, err
 						}

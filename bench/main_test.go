@@ -175,7 +175,23 @@ func startPostgres() (postgresServer, error) {
 		return ps, err
 	}
 	defer pool.Close()
-	return ps, postgres.Migrate(ctx, pool, postgres.Options{Schema: ps.schema})
+	for _, o := range []postgres.Options{ps.options(), ps.waitOptions()} {
+		if err := postgres.Migrate(ctx, pool, o); err != nil {
+			return ps, err
+		}
+	}
+	return ps, nil
+}
+
+// options are the Stores' tables.
+func (ps postgresServer) options() postgres.Options { return postgres.Options{Schema: ps.schema} }
+
+// waitOptions are the tables of the handoff's waiting layer: tables of
+// their own, so that its Stores' LISTEN connections (one NOTIFY channel per
+// table) do not receive the other layers' release notifications while
+// those are measured.
+func (ps postgresServer) waitOptions() postgres.Options {
+	return postgres.Options{Schema: ps.schema, Table: "leases_wait", FenceTable: "fences_wait"}
 }
 
 func dropSchema(url, q string) {
@@ -216,7 +232,8 @@ func (ps postgresServer) truncate(ctx context.Context) error {
 	}
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "TRUNCATE "+pgx.Identifier{ps.schema, "raw_leases"}.Sanitize()+", "+
-		pgx.Identifier{ps.schema, postgres.DefaultTable}.Sanitize())
+		pgx.Identifier{ps.schema, postgres.DefaultTable}.Sanitize()+", "+
+		pgx.Identifier{ps.schema, ps.waitOptions().Table}.Sanitize())
 	return err
 }
 
