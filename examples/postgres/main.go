@@ -19,9 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/postgres"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 const defaultURL = "postgres://postgres@127.0.0.1:5432/test"
@@ -63,18 +62,18 @@ func run() error {
 	}
 	defer store.Close() // stops the LISTEN connection the runtime's Acquire may start
 
-	client, err := runtime.NewClient(store, runtime.ClientOptions{})
+	client, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer client.Close(context.Background())
 
 	// 2. Acquire (waiting up to 10s if another process holds the key).
-	key, err := leaseapi.NewKey("jobs", "nightly-report")
+	key, err := lease.NewKey("jobs", "nightly-report")
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:   5 * time.Second,
 		Wait:  10 * time.Second,
 		Retry: 250 * time.Millisecond,
@@ -97,7 +96,7 @@ func run() error {
 	fmt.Printf("renewed: expires %s, state %s\n", h.Snapshot().ExpiresAt.Format(time.RFC3339Nano), h.State())
 
 	// 4. A fenced write: the lease check and the write commit together.
-	if h.State() != leaseapi.StateActive {
+	if h.State() != lease.StateActive {
 		return errors.New("lease not active")
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

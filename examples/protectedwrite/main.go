@@ -23,9 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/postgres"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 const defaultURL = "postgres://postgres@127.0.0.1:5432/test"
@@ -67,22 +66,22 @@ func run() error {
 	defer store.Close()
 
 	// Two workers, each with its own client (as two processes would have).
-	workerA, err := runtime.NewClient(store, runtime.ClientOptions{})
+	workerA, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer workerA.Close(context.Background())
-	workerB, err := runtime.NewClient(store, runtime.ClientOptions{})
+	workerB, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer workerB.Close(context.Background())
 
-	key, err := leaseapi.NewKey("documents", "42")
+	key, err := lease.NewKey("documents", "42")
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:   time.Second,
 		Wait:  10 * time.Second,
 		Retry: 100 * time.Millisecond,
@@ -93,7 +92,7 @@ func run() error {
 
 	// write replaces the document, accepted only with a token at least as
 	// high as the last one the document accepted.
-	write := func(token leaseapi.Token, body string) error {
+	write := func(token lease.Token, body string) error {
 		return store.FencedWrite(ctx, pool, resource, token, nil, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO lease_example.documents (id, body, token) VALUES (42, $1, $2)
 ON CONFLICT (id) DO UPDATE SET body = excluded.body, token = excluded.token`, body, int64(token))
@@ -129,7 +128,7 @@ ON CONFLICT (id) DO UPDATE SET body = excluded.body, token = excluded.token`, bo
 	fmt.Printf("worker A resumes; its handle says %s\n", a.State())
 	err = write(aToken, "late overwrite by A")
 	switch {
-	case errors.Is(err, leaseapi.ErrStaleOwner):
+	case errors.Is(err, lease.ErrStaleOwner):
 		fmt.Printf("worker A's late write with token %d was refused: %v\n", aToken, err)
 	case err == nil:
 		return errors.New("a stale write was accepted")

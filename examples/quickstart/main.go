@@ -16,9 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/memory"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 // ledger is a protected resource: it accepts a write only with a token at
@@ -26,11 +25,11 @@ import (
 // (paused, partitioned) cannot overwrite the work of the next holder.
 type ledger struct {
 	mu      sync.Mutex
-	highest leaseapi.Token
+	highest lease.Token
 	lines   []string
 }
 
-func (l *ledger) write(token leaseapi.Token, line string) error {
+func (l *ledger) write(token lease.Token, line string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if token < l.highest {
@@ -44,13 +43,13 @@ func (l *ledger) write(token leaseapi.Token, line string) error {
 // partition wraps a backend and, while cut, fails every renewal as a
 // network partition would: the holder cannot prove it still holds the lease.
 type partition struct {
-	leaseapi.Backend
+	lease.Backend
 	cut atomic.Bool
 }
 
-func (p *partition) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+func (p *partition) Renew(ctx context.Context, rec lease.Record, ttl time.Duration) (lease.Record, error) {
 	if p.cut.Load() {
-		return leaseapi.Record{}, leaseapi.NewError("renew", leaseapi.ErrBackendUnavailable, "partitioned")
+		return lease.Record{}, lease.Wrap(errors.New("partitioned"), "renew")
 	}
 	return p.Backend.Renew(ctx, rec, ttl)
 }
@@ -71,22 +70,22 @@ func run() error {
 
 	// Two "servers" share the backend; the first one's network can be cut.
 	net := &partition{Backend: store}
-	serverA, err := runtime.NewClient(net, runtime.ClientOptions{})
+	serverA, err := lease.NewClient(net, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer serverA.Close(ctx)
-	serverB, err := runtime.NewClient(store, runtime.ClientOptions{})
+	serverB, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer serverB.Close(ctx)
 
-	key, err := leaseapi.NewKey("jobs", "nightly-report")
+	key, err := lease.NewKey("jobs", "nightly-report")
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:          time.Second,
 		SafetyMargin: 100 * time.Millisecond,
 		RenewEvery:   300 * time.Millisecond,
@@ -109,11 +108,11 @@ func run() error {
 	}
 	fmt.Println("server A renews the lease in the background (every 300ms, TTL 1s)")
 
-	if _, err := serverB.TryAcquire(ctx, key, policy); errors.Is(err, leaseapi.ErrContended) {
+	if _, err := serverB.TryAcquire(ctx, key, policy); errors.Is(err, lease.ErrContended) {
 		fmt.Println("server B tried too and was refused: the key is held")
 	}
 	time.Sleep(1200 * time.Millisecond) // longer than the TTL: renewal keeps it
-	if a.State() != leaseapi.StateActive {
+	if a.State() != lease.StateActive {
 		return fmt.Errorf("lease not kept by renewal: %s", a.State())
 	}
 	if err := book.write(a.Token(), "A: report part 1"); err != nil {
@@ -123,7 +122,7 @@ func run() error {
 
 	// Server B waits for the key in the background.
 	type result struct {
-		h   *runtime.Handle
+		h   *lease.Handle
 		err error
 	}
 	waiting := make(chan result, 1)

@@ -1,5 +1,5 @@
 // Command scheduler shows scheduler.Scheduler on the in-memory backend, in
-// about three seconds: three servers (three runtime.Clients on one
+// about three seconds: three servers (three lease.Clients on one
 // memory.Store, each with its own clock) run the same two jobs.
 //
 //   - "report" (OnOneServer, every 300ms): each slot runs on exactly one
@@ -31,9 +31,8 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/memory"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/scheduler"
 )
 
@@ -50,34 +49,34 @@ func (c skewed) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 // network is one server's connection to the backend; crash cuts it for
 // good: every call fails before reaching the store.
 type network struct {
-	leaseapi.Backend
+	lease.Backend
 	crashed atomic.Bool
 }
 
-var errDown = leaseapi.NewError("call", leaseapi.ErrBackendUnavailable, "server crashed")
+var errDown = lease.Wrap(errors.New("server crashed"), "call")
 
-func (n *network) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+func (n *network) TryAcquire(ctx context.Context, k lease.Key, owner string, ttl time.Duration) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.Backend.TryAcquire(ctx, k, owner, ttl)
 }
 
-func (n *network) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+func (n *network) Renew(ctx context.Context, rec lease.Record, ttl time.Duration) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.Backend.Renew(ctx, rec, ttl)
 }
 
-func (n *network) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
+func (n *network) Validate(ctx context.Context, rec lease.Record) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.Backend.Validate(ctx, rec)
 }
 
-func (n *network) Release(ctx context.Context, rec leaseapi.Record) error {
+func (n *network) Release(ctx context.Context, rec lease.Record) error {
 	if n.crashed.Load() {
 		return errDown
 	}
@@ -133,7 +132,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:          time.Second,
 		SafetyMargin: 100 * time.Millisecond,
 		RenewEvery:   200 * time.Millisecond,
@@ -158,7 +157,7 @@ func run() error {
 		name := s.name
 		clk := skewed{clock.New(), s.offset}
 		net := &network{Backend: store}
-		client, err := runtime.NewClient(net, runtime.ClientOptions{Clock: clk})
+		client, err := lease.NewClient(net, lease.ClientOptions{Clock: clk})
 		if err != nil {
 			return err
 		}
@@ -172,7 +171,7 @@ func run() error {
 		}
 		err = sched.Add(scheduler.Job{
 			Name: "report", Schedule: scheduler.Every(every), Mode: scheduler.OnOneServer, Policy: policy,
-			Run: func(ctx context.Context, token leaseapi.Token) error {
+			Run: func(ctx context.Context, token lease.Token) error {
 				slot, _ := scheduler.Slot(ctx)
 				b.say(name, "report  slot %s: ran (claim token %d)", slot.Format("15:04:05.000"), token)
 				b.mu.Lock()
@@ -186,7 +185,7 @@ func run() error {
 		}
 		err = sched.Add(scheduler.Job{
 			Name: "compact", Schedule: scheduler.Every(every), Mode: scheduler.NonOverlap, Policy: policy,
-			Run: func(ctx context.Context, token leaseapi.Token) error {
+			Run: func(ctx context.Context, token lease.Token) error {
 				slot, _ := scheduler.Slot(ctx)
 				began := time.Now()
 				b.say(name, "compact slot %s: started, job token %d", slot.Format("15:04:05.000"), token)

@@ -1,6 +1,6 @@
 // Command service shows leader election with service.Singleton on the
 // in-memory backend, in about three seconds: three servers (three
-// runtime.Clients on one memory.Store) campaign for one lease; the leader
+// lease.Clients on one memory.Store) campaign for one lease; the leader
 // works while it leads; it crashes (its backend calls fail from then on
 // and it never releases) and another server takes over once the lease has
 // expired; that leader stops cleanly (Stop releases the lease) and the
@@ -18,9 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/memory"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 	"github.com/leasekit/lease/service"
 )
 
@@ -32,30 +31,30 @@ type network struct {
 	crashed atomic.Bool
 }
 
-var errDown = leaseapi.NewError("call", leaseapi.ErrBackendUnavailable, "server crashed")
+var errDown = lease.Wrap(errors.New("server crashed"), "call")
 
-func (n *network) TryAcquire(ctx context.Context, k leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+func (n *network) TryAcquire(ctx context.Context, k lease.Key, owner string, ttl time.Duration) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.store.TryAcquire(ctx, k, owner, ttl)
 }
 
-func (n *network) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
+func (n *network) Renew(ctx context.Context, rec lease.Record, ttl time.Duration) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.store.Renew(ctx, rec, ttl)
 }
 
-func (n *network) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Record, error) {
+func (n *network) Validate(ctx context.Context, rec lease.Record) (lease.Record, error) {
 	if n.crashed.Load() {
-		return leaseapi.Record{}, errDown
+		return lease.Record{}, errDown
 	}
 	return n.store.Validate(ctx, rec)
 }
 
-func (n *network) Release(ctx context.Context, rec leaseapi.Record) error {
+func (n *network) Release(ctx context.Context, rec lease.Record) error {
 	if n.crashed.Load() {
 		return errDown
 	}
@@ -64,7 +63,7 @@ func (n *network) Release(ctx context.Context, rec leaseapi.Record) error {
 
 // WatchRelease forwards the store's release notifications: waiting
 // candidates wake as soon as a leader releases.
-func (n *network) WatchRelease(k leaseapi.Key) (<-chan struct{}, func()) {
+func (n *network) WatchRelease(k lease.Key) (<-chan struct{}, func()) {
 	return n.store.WatchRelease(k)
 }
 
@@ -84,7 +83,7 @@ func (p *printer) say(server, format string, args ...any) {
 type server struct {
 	name   string
 	net    *network
-	client *runtime.Client
+	client *lease.Client
 	single *service.Singleton
 }
 
@@ -101,11 +100,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	key, err := leaseapi.NewKey("services", "billing-exporter")
+	key, err := lease.NewKey("services", "billing-exporter")
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:          time.Second,
 		SafetyMargin: 100 * time.Millisecond,
 		RenewEvery:   300 * time.Millisecond,
@@ -121,19 +120,19 @@ func run() error {
 	var servers []*server
 	for _, name := range []string{"A", "B", "C"} {
 		srv := &server{name: name, net: &network{store: store}}
-		srv.client, err = runtime.NewClient(srv.net, runtime.ClientOptions{})
+		srv.client, err = lease.NewClient(srv.net, lease.ClientOptions{})
 		if err != nil {
 			return err
 		}
 		defer srv.client.Close(ctx)
 		srv.single, err = service.New(srv.client, service.Options{
 			Key: key, Policy: policy,
-			OnStartedLeading: func(token leaseapi.Token) {
+			OnStartedLeading: func(token lease.Token) {
 				out.say(name, "started leading (fencing token %d)", token)
 				changed <- name
 			},
 			OnStoppedLeading: func() { out.say(name, "stopped leading") },
-			Run: func(ctx context.Context, h *runtime.Handle) error {
+			Run: func(ctx context.Context, h *lease.Handle) error {
 				tick := time.NewTicker(250 * time.Millisecond)
 				defer tick.Stop()
 				for batch := 1; ; batch++ {
@@ -142,7 +141,7 @@ func run() error {
 						out.say(name, "work canceled: %v", context.Cause(ctx))
 						return nil
 					case <-tick.C:
-						if h.State() == leaseapi.StateActive {
+						if h.State() == lease.StateActive {
 							out.say(name, "exported batch %d with token %d", batch, h.Token())
 						}
 					}

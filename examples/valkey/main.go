@@ -20,9 +20,8 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/valkey"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 const defaultAddr = "127.0.0.1:6379"
@@ -54,22 +53,22 @@ func run(out io.Writer) error {
 	defer store.Close() // stops the release subscription Acquire may start
 
 	// Two runtime clients on one store stand for two processes.
-	first, err := runtime.NewClient(store, runtime.ClientOptions{})
+	first, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer first.Close(context.Background())
-	second, err := runtime.NewClient(store, runtime.ClientOptions{})
+	second, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		return err
 	}
 	defer second.Close(context.Background())
 
-	key, err := leaseapi.NewKey("reports", "daily")
+	key, err := lease.NewKey("reports", "daily")
 	if err != nil {
 		return err
 	}
-	policy, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
+	policy, err := lease.NewPolicy(lease.PolicyOptions{
 		TTL:   time.Second,
 		Wait:  5 * time.Second,
 		Retry: 500 * time.Millisecond,
@@ -122,7 +121,7 @@ func run(out io.Writer) error {
 	// 4. A late write by the first holder (a paused process waking up) is
 	// refused and writes nothing; the new holder's write goes through.
 	err = store.Guard(ctx, snap.Record, cacheKey, "late write from the first holder", time.Minute)
-	if !errors.Is(err, leaseapi.ErrStaleOwner) {
+	if !errors.Is(err, lease.ErrStaleOwner) {
 		return fmt.Errorf("stale guarded write: got %v, want ErrStaleOwner", err)
 	}
 	fmt.Fprintln(out, "guarded write by the old holder: refused (stale owner or token)")
