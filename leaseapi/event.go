@@ -100,13 +100,14 @@ func OutcomeOf(err error) Outcome {
 // text: KeyHash is a keyed hash of the key, stable for one observed backend.
 type Event struct {
 	// At is the local clock reading when the call returned.
-	At time.Time
-	// Duration is how long the call took on the local clock.
-	Duration  time.Duration
+	At        time.Time
 	Operation Operation
 	Outcome   Outcome
 	// KeyHash is a keyed hash of the key (hex), never the key itself.
 	KeyHash string
+	// Duration is how long the call took on the local clock (an addition
+	// to the reference API, after its fields).
+	Duration time.Duration
 }
 
 // String renders the event without any key material beyond its hash.

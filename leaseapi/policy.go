@@ -45,19 +45,11 @@ const minTrust = time.Microsecond
 // PolicyOptions is the input of [NewPolicy]. Zero fields take the defaults
 // documented on each field; TTL has none and must be set. The trust window
 // is TTL - SafetyMargin: the longest a holder may act on one grant or
-// renewal.
+// renewal. The fields are in the reference API's order.
 type PolicyOptions struct {
 	// TTL is the lease duration requested from the backend. Required:
 	// 1ms <= TTL <= MaxTTL.
 	TTL time.Duration
-	// SafetyMargin is subtracted from the TTL to form the local deadline; it
-	// absorbs clock rate differences. Zero means TTL/10. Must be < TTL and
-	// leave a trust window TTL - SafetyMargin of at least 1µs.
-	SafetyMargin time.Duration
-	// RenewEvery is the managed renewal interval, measured from the send time
-	// of the last successful renewal. Zero means (TTL-SafetyMargin)/3. Must be
-	// < TTL-SafetyMargin.
-	RenewEvery time.Duration
 	// Wait bounds how long Acquire waits for a contended key. Zero means one
 	// attempt. At most MaxWait; requires Retry > 0.
 	Wait time.Duration
@@ -74,6 +66,14 @@ type PolicyOptions struct {
 	// Jitter adds a uniformly random [0, Jitter) to each acquisition retry
 	// pause (the pause never exceeds what is left of Wait). At most MaxWait.
 	Jitter time.Duration
+	// RenewEvery is the managed renewal interval, measured from the send time
+	// of the last successful renewal. Zero means (TTL-SafetyMargin)/3. Must be
+	// < TTL-SafetyMargin.
+	RenewEvery time.Duration
+	// SafetyMargin is subtracted from the TTL to form the local deadline; it
+	// absorbs clock rate differences. Zero means TTL/10. Must be < TTL and
+	// leave a trust window TTL - SafetyMargin of at least 1µs.
+	SafetyMargin time.Duration
 	// MaxAttempts bounds the acquisition attempts of one Acquire. Zero means
 	// the package bound MaxAttempts, which is also the largest value.
 	MaxAttempts uint32
