@@ -8,14 +8,16 @@
 //   - Serve(ctx) error is a thejerf/suture Service: it blocks until ctx is
 //     done.
 //
-//     s, _ := service.New(client, service.Options{
-//     Key: key, Policy: policy,
-//     Run: func(ctx context.Context, h *runtime.Handle) error {
-//     <-ctx.Done() // lead until the lease is lost or we stop
-//     return nil
-//     },
-//     })
-//     lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
+// With client a lease.Client (import "github.com/leasekit/lease"):
+//
+//	s, err := service.New(client, service.Options{
+//		Key: key, Policy: policy,
+//		Run: func(ctx context.Context, h *lease.Handle) error {
+//			<-ctx.Done() // lead until the lease is lost or we stop
+//			return nil
+//		},
+//	})
+//	lc.Append(fx.Hook{OnStart: s.Start, OnStop: s.Stop})
 //
 // A candidate campaigns with [runtime.Client.Run]: one Acquire bounded by
 // Policy.Wait (waking early on a release notification when the backend

@@ -10,7 +10,7 @@
 //
 // (vk is github.com/valkey-io/valkey-go.) The [Store] implements
 // leaseapi.Backend, Inspector, ReleaseWatcher and BatchRenewer; hand it to
-// the runtime's Client.
+// lease.NewClient.
 //
 // # Guarantees
 //
