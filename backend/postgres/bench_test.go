@@ -49,7 +49,7 @@ func rawPair(s *postgres.Store, pool *pgxpool.Pool) func(context.Context, leasea
 			late     bool
 		)
 		key := k.String()
-		if err := pool.QueryRow(ctx, acquireSQL, key, "bench-owner", int64(60_000_000), nil).Scan(&tok, &acq, &exp, &late); err != nil {
+		if err := pool.QueryRow(ctx, acquireSQL, key, "bench-owner", int64(60_000_000), nil, false).Scan(&tok, &acq, &exp, &late); err != nil {
 			return err
 		}
 		if !tok.Valid {
@@ -58,6 +58,66 @@ func rawPair(s *postgres.Store, pool *pgxpool.Pool) func(context.Context, leasea
 		var outcome int32
 		return pool.QueryRow(ctx, releaseSQL, key, "bench-owner", tok.Int64, channel, postgres.KeyHash(k)).Scan(&outcome)
 	}
+}
+
+// The floor: the minimal fenced acquire and release statements (the
+// peers benchmark's raw-pg adapter, verbatim but for the table name), on a
+// table of their own in the Store's schema.
+const (
+	floorSchema = `CREATE TABLE IF NOT EXISTS %s (
+	key        text PRIMARY KEY,
+	owner      text,
+	token      bigint NOT NULL,
+	expires_at timestamptz NOT NULL
+)`
+	floorAcquire = `INSERT INTO %s AS l (key, owner, token, expires_at)
+VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE
+   SET owner = EXCLUDED.owner, token = l.token + 1, expires_at = EXCLUDED.expires_at
+ WHERE l.expires_at <= now()
+RETURNING token`
+	floorRelease = `UPDATE %s SET owner = NULL, expires_at = '-infinity'
+WHERE key = $1 AND owner = $2 AND token = $3`
+)
+
+// floorPair returns the floor's acquire and release pair on a table of its
+// own next to s's.
+func floorPair(b *testing.B, s *postgres.Store, pool *pgxpool.Pool) func(context.Context, leaseapi.Key) error {
+	b.Helper()
+	tbl := pgx.Identifier{postgres.SchemaOf(s), "floor_leases"}.Sanitize()
+	if _, err := pool.Exec(context.Background(), fmt.Sprintf(floorSchema, tbl)); err != nil {
+		b.Fatal(err)
+	}
+	acq, rel := fmt.Sprintf(floorAcquire, tbl), fmt.Sprintf(floorRelease, tbl)
+	return func(ctx context.Context, k leaseapi.Key) error {
+		var tok int64
+		key := k.String()
+		if err := pool.QueryRow(ctx, acq, key, "bench-owner", int64(60_000)).Scan(&tok); err != nil {
+			return err
+		}
+		ct, err := pool.Exec(ctx, rel, key, "bench-owner", tok)
+		if err == nil && ct.RowsAffected() != 1 {
+			err = fmt.Errorf("floor release: %d rows", ct.RowsAffected())
+		}
+		return err
+	}
+}
+
+// BenchmarkFloorPair runs the floor's acquire and release statements.
+func BenchmarkFloorPair(b *testing.B) {
+	s, pool := benchStore(b)
+	runPairs(b, floorPair(b, s, pool))
+}
+
+// BenchmarkFloorInterleaved alternates a floor pair and a Store pair in
+// every iteration, as BenchmarkPairInterleaved does for the raw pair: the
+// Store's pairs/s as a ratio of the floor's in one run (store/floor is the
+// inverse of the throughput ratio). Releases with no waiter must not
+// notify, or the 64-goroutine ratio collapses (commits of notifying
+// transactions are serialised database-wide).
+func BenchmarkFloorInterleaved(b *testing.B) {
+	s, pool := benchStore(b)
+	interleave(b, floorPair(b, s, pool), storePair(s), "floor")
 }
 
 // storePair is TryAcquire followed by Release through the Store.
@@ -89,12 +149,18 @@ func BenchmarkStorePair(b *testing.B) {
 // ratio, so that load changes on a shared machine hit both alike.
 func BenchmarkPairInterleaved(b *testing.B) {
 	s, pool := benchStore(b)
-	raw, st := rawPair(s, pool), storePair(s)
+	interleave(b, rawPair(s, pool), storePair(s), "raw")
+}
+
+// interleave alternates base and st in every iteration (on different keys)
+// and reports both mean latencies and their ratio, serially and from 64
+// goroutines.
+func interleave(b *testing.B, raw, st func(context.Context, leaseapi.Key) error, name string) {
 	ctx := context.Background()
 	report := func(b *testing.B, rawNs, storeNs, n int64) {
-		b.ReportMetric(float64(rawNs)/float64(n), "raw-ns/pair")
+		b.ReportMetric(float64(rawNs)/float64(n), name+"-ns/pair")
 		b.ReportMetric(float64(storeNs)/float64(n), "store-ns/pair")
-		b.ReportMetric(float64(storeNs)/float64(rawNs), "store/raw")
+		b.ReportMetric(float64(storeNs)/float64(rawNs), "store/"+name)
 	}
 	b.Run("serial", func(b *testing.B) {
 		kr, ks := leaseapi.MustKey("bench", "ir"), leaseapi.MustKey("bench", "is")

@@ -19,8 +19,10 @@
 //     (leaseapi.ErrContended, even for the same owner).
 //   - Renew, Validate and Release compare key, owner and token in their one
 //     statement. Release locks the key's row, clears the owner if both
-//     match (keeping the row, so the token is never reused), and issues
-//     pg_notify in the same statement; releasing an already released grant
+//     match (keeping the row, so the token is never reused), and, only if
+//     the key is marked as waited for, issues pg_notify in the same
+//     statement (see Release notification below); releasing an already
+//     released grant
 //     with no successor returns nil, a later grant or another owner is
 //     leaseapi.ErrStaleOwner.
 //   - All timing comes from one clock_timestamp() reading per statement, so
@@ -195,6 +197,30 @@
 // ConnConfig.ConnectTimeout): pgx has none by default, so connection
 // attempts started during a partition would otherwise hold pool slots
 // until TCP gives up.
+//
+// # Release notification: only when someone waits
+//
+// PostgreSQL serialises the commits of all transactions that notified (a
+// database-wide lock taken at commit), whether or not anyone listens; a
+// pg_notify in every release would make uncontended releases queue behind
+// each other. So a release notifies only when a waiter asked for it: the
+// lease row carries a waiter mark (the column waiting, migration 3). A
+// TryAcquire on a Store that has an open [Store.WatchRelease] registration
+// of the key (a waiting Acquire registers it before its first attempt) sets
+// the mark when it finds the key held, in its one statement, with the row
+// locked, and only if it is not set yet. The release that finds the mark
+// set clears it and notifies; a release that finds it clear is a plain
+// UPDATE. A grant leaves the mark alone: other waiters may still wait (a
+// grant after an expiry notified nobody), so the next release notifies
+// once more, at worst spuriously, and clears it. The rule that follows is
+// that a waiter whose last contended attempt set or found the mark is
+// notified by the next release: no waiter loses its mark without a
+// notification. Watchers on the releasing Store itself are woken directly
+// once the release is confirmed, without a NOTIFY. A waiter that never
+// made a contended attempt while watching (or whose attempt found no row
+// yet for the key, a first insertion racing with its own) is not notified
+// and learns of the release from its retry interval. A late acquisition
+// (past its not-after bound) sets no mark either.
 //
 // Release notification uses one dedicated connection per Store, taken out
 // of the pool (Acquire + Hijack) by the first [Store.WatchRelease] and held

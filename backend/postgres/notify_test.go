@@ -1,30 +1,44 @@
 package postgres_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/leaseapi"
 )
 
 // TestReleaseNotifyLatency measures the hand-off: the time from sending a
-// Release to the watcher's wake-up, through the server's NOTIFY.
+// Release to the wake-up of a watcher on another Store, through the
+// server's NOTIFY. Each cycle is what a waiting Acquire does: the watcher's
+// contended attempt sets the waiter mark, and the holder's release then
+// notifies.
 func TestReleaseNotifyLatency(t *testing.T) {
 	t.Parallel()
-	s := freshStore(t)
+	url := dbURL(t)
+	pool := newPool(t, url)
+	s, opts := newStore(t, url, pool)
+	holder, err := postgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	k := leaseapi.MustKey("notify", "k")
 	ch, stop := s.WatchRelease(k)
 	defer stop()
 	cycle := func() time.Time {
 		t.Helper()
-		rec, err := s.TryAcquire(ctx, k, "owner", time.Minute)
+		rec, err := holder.TryAcquire(ctx, k, "owner", time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.TryAcquire(ctx, k, "waiter", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
+			t.Fatalf("the watcher's attempt: got %v, want ErrContended", err)
+		}
 		sent := time.Now()
-		if err := s.Release(ctx, rec); err != nil {
+		if err := holder.Release(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
 		return sent

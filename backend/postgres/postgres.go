@@ -144,6 +144,16 @@ func buildStatements(n names) statements {
 		// from a contended one: it is evaluated after ins has run (so a
 		// contended statement that ends past its bound is reported late:
 		// not applied either way, and its caller's deadline has passed).
+		//
+		// The waiter mark ($5, see waitMark): a contended attempt by a
+		// Store that watches the key sets waiting, so that the release
+		// notifies. mark reads ins first (NOT EXISTS), so it runs after
+		// the upsert, which has locked the row (ON CONFLICT DO UPDATE
+		// keeps the lock even when its WHERE is false); it writes only
+		// when the mark is not set yet, and not past the bound (a late
+		// statement changes nothing, the mark included). A key with no
+		// row yet that is contended (a concurrent first insertion) gets
+		// no mark: its waiter falls back to its retry interval once.
 		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
 ins AS (
 	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
@@ -153,6 +163,12 @@ ins AS (
 	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
 	RETURNING l.token, l.acquired_at, l.expires_at
+),
+mark AS (
+	UPDATE %[1]s AS l SET waiting = true
+	WHERE $5::boolean AND l.key = $1::text AND NOT l.waiting
+		AND NOT EXISTS (SELECT 1 FROM ins) AND %[2]s
+	RETURNING 1
 )
 SELECT ins.token, ins.acquired_at, ins.expires_at, NOT %[2]s
 FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, t, inTime("$4")),
@@ -188,19 +204,25 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN u ON true`, t, inTime("$5")),
 LEFT JOIN %[1]s AS l ON l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > clock_timestamp()`, t),
 
 		// cur locks the key's row and reads its newest version; r releases
-		// it if owner and token match; n notifies (delivered at commit).
-		// Result: 0 released now, 1 already released (idempotent), 2 stale.
+		// it if owner and token match, clearing the waiter mark; n
+		// notifies (delivered at commit) only if the mark was set: a
+		// transaction that notified serialises its commit with every
+		// other notifying transaction of the database, so an uncontended
+		// release must not. The CASE evaluates n first, so it always
+		// runs. Result: 0 released now, 1 already released (idempotent),
+		// 2 stale.
 		release: fmt.Sprintf(`WITH cur AS (
-	SELECT key, owner, token FROM %[1]s WHERE key = $1::text FOR UPDATE
+	SELECT key, owner, token, waiting FROM %[1]s WHERE key = $1::text FOR UPDATE
 ), r AS (
-	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at
+	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at, waiting = false
 	FROM cur WHERE l.key = cur.key AND cur.owner = $2::text AND cur.token = $3::bigint
-	RETURNING 1
+	RETURNING cur.waiting
 ), n AS (
-	SELECT pg_notify($4::text, $5::text) FROM r
+	SELECT pg_notify($4::text, $5::text) FROM r WHERE r.waiting
 )
 SELECT CASE
 	WHEN (SELECT count(*) FROM n) > 0 THEN 0
+	WHEN EXISTS (SELECT 1 FROM r) THEN 0
 	WHEN EXISTS (SELECT 1 FROM cur WHERE cur.token = $3::bigint AND cur.owner IS NULL) THEN 1
 	ELSE 2 END`, t),
 
@@ -305,6 +327,15 @@ func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 	return s, nil
 }
 
+// waitMark is the acquire statement's waiter-mark parameter: whether a
+// [Store.WatchRelease] registration of key is open on this Store, i.e.
+// whether a contended attempt should ask the holder's release to notify.
+// The runtime registers its watch before a waiting Acquire's first
+// attempt.
+func (s *Store) waitMark(key leaseapi.Key) bool {
+	return s.watches.Len() > 0 && s.watches.Has(keyHash(key))
+}
+
 // keyHash is the NOTIFY payload for key: a hash, so the key itself never
 // travels in a notification.
 func keyHash(k leaseapi.Key) string { return keyHashString(k.String()) }
@@ -384,7 +415,7 @@ func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 		acq, exp pgtype.Timestamptz
 		late     bool
 	}
-	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx)).Scan(&r.tok, &r.acq, &r.exp, &r.late)
+	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx), s.waitMark(key)).Scan(&r.tok, &r.acq, &r.exp, &r.late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
@@ -487,9 +518,12 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 
 // Release implements [leaseapi.Backend] with one statement that locks the
 // key's row, clears the owner if owner and token match (keeping the row and
-// its token) and, in the same statement, issues pg_notify for
-// [Store.WatchRelease]. It is idempotent; a later grant or another owner is
-// leaseapi.ErrStaleOwner; a lost reply is leaseapi.ErrAmbiguousOutcome.
+// its token) and, in the same statement, issues pg_notify for the
+// [Store.WatchRelease] watchers of other Stores if one of them marked the
+// key as waited for (see the package doc). Watchers on this Store are woken
+// directly once the release is confirmed. It is idempotent; a later grant
+// or another owner is leaseapi.ErrStaleOwner; a lost reply is
+// leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
 	if err := s.ready(op); err != nil {
@@ -507,11 +541,15 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	}
 	defer c.Release()
 	var outcome int32
-	err = c.QueryRow(ctx, s.q.release, rec.Key.String(), rec.Owner, int64(rec.Token), s.channel, keyHash(rec.Key)).Scan(&outcome)
+	hash := keyHash(rec.Key)
+	err = c.QueryRow(ctx, s.q.release, rec.Key.String(), rec.Owner, int64(rec.Token), s.channel, hash).Scan(&outcome)
 	if err != nil {
 		return leaseapi.Wrap(classify(err, true), op)
 	}
-	if outcome == 2 {
+	switch outcome {
+	case 0: // released now: this Store's own watchers need no NOTIFY
+		s.watches.Notify(hash)
+	case 2:
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	return nil

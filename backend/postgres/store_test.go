@@ -115,12 +115,16 @@ func TestRuntimeHandoff(t *testing.T) {
 	t.Cleanup(func() { _ = sb.Close() })
 	ctx := t.Context()
 
-	// Warm sb's listener: one wake proves it is LISTENing.
+	// Warm sb's listener: one wake proves it is LISTENing. sb's contended
+	// attempt marks the key as waited for, so that sa's release notifies.
 	warm := leaseapi.MustKey("handoff", "warm")
 	ch, stop := sb.WatchRelease(warm)
 	rec, err := sa.TryAcquire(ctx, warm, "warm", time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := sb.TryAcquire(ctx, warm, "warm-waiter", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("the watcher's attempt: got %v, want ErrContended", err)
 	}
 	if err := sa.Release(ctx, rec); err != nil {
 		t.Fatal(err)

@@ -152,6 +152,22 @@ func (h *Hub[K, V]) NotifyAll() {
 	}
 }
 
+// Has reports whether k has at least one registered watch (false after
+// Close).
+func (h *Hub[K, V]) Has(k K) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watches[k]) > 0
+}
+
+// Len returns the number of keys that have at least one registered watch
+// (0 after Close).
+func (h *Hub[K, V]) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.watches)
+}
+
 // Keys returns the keys that have at least one registered watch, in no
 // particular order: a snapshot, nil when there are none (and after Close).
 func (h *Hub[K, V]) Keys() []K {
