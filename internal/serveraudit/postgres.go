@@ -22,7 +22,10 @@ type DB interface {
 // Install creates, in schema, the audit table and a row trigger on the
 // lease table (schema.table, as postgres.Migrate made it) that appends
 // the row's old and new values, clock_timestamp() and txid_current() to
-// the audit table for every INSERT, UPDATE and DELETE. The trigger runs
+// the audit table for every INSERT, DELETE and UPDATE of the lease's
+// columns (owner, token, times: not an update of the waiter mark alone,
+// which a contended acquisition writes and which changes no grant). The
+// trigger runs
 // inside the statement that changed the row, so its record commits with
 // it. Install is for a test's own schema: it fails if the audit exists.
 func Install(ctx context.Context, db DB, schema, table string) error {
@@ -60,7 +63,7 @@ BEGIN
 	RETURN NULL;
 END
 $$;
-CREATE TRIGGER %[4]s AFTER INSERT OR UPDATE OR DELETE ON %[3]s
+CREATE TRIGGER %[4]s AFTER INSERT OR UPDATE OF owner, token, acquired_at, expires_at OR DELETE ON %[3]s
 	FOR EACH ROW EXECUTE FUNCTION %[2]s();`, a, fn, t, pgx.Identifier{AuditTable}.Sanitize())
 	if _, err := db.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("serveraudit: install the audit trigger: %w", err)
