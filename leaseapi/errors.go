@@ -66,6 +66,10 @@ type opError struct {
 	kind   error
 	detail string
 	ctxErr error
+	// cause is the driver's error behind a backend failure, reachable
+	// with errors.As for callers who ask; never part of Error(). See
+	// [WithCause].
+	cause error
 }
 
 func (e *opError) Error() string {
@@ -84,10 +88,37 @@ func (e *opError) Error() string {
 }
 
 func (e *opError) Unwrap() []error {
+	errs := []error{e.kind}
 	if e.ctxErr != nil {
-		return []error{e.kind, e.ctxErr}
+		errs = append(errs, e.ctxErr)
 	}
-	return []error{e.kind}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// WithCause returns err carrying cause, the driver's error behind it, so
+// that a caller who asks can reach it with errors.As (for example a
+// *pgconn.PgError and its SQLSTATE), while err's Error() stays exactly as
+// redacted as before: the cause's text never appears in the message. The
+// cause survives [Wrap]. err must be an error of this package (else err is
+// returned as it is); a cause that itself matches one of this package's
+// sentinels or a context error is not attached, so that the result still
+// matches exactly one kind.
+func WithCause(err, cause error) error {
+	var oe *opError
+	if cause == nil || !errors.As(err, &oe) || ctxCause(cause) != nil {
+		return err
+	}
+	for _, s := range sentinels {
+		if errors.Is(cause, s) {
+			return err
+		}
+	}
+	c := *oe
+	c.cause = cause
+	return &c
 }
 
 // NewError returns an error of the given kind for operation op. op and
@@ -120,7 +151,7 @@ func Wrap(err error, op string) error {
 	}
 	var oe *opError
 	if errors.As(err, &oe) {
-		return &opError{op: op, kind: oe.kind, detail: oe.detail, ctxErr: oe.ctxErr}
+		return &opError{op: op, kind: oe.kind, detail: oe.detail, ctxErr: oe.ctxErr, cause: oe.cause}
 	}
 	for _, s := range sentinels {
 		if errors.Is(err, s) {

@@ -19,10 +19,9 @@ import (
 //   - A *pgconn.PgError of severity ERROR reports that the statement failed,
 //     and with it its implicit transaction, so nothing was applied:
 //     40001 (serialization_failure) and 40P01 (deadlock_detected) are
-//     ErrBackendUnavailable ("not applied", safe to retry); 42P01, 3F and 3D
-//     (undefined table, schema or database) are ErrBackendUnavailable
-//     "schema missing" (Migrate was not run), 42501 "permission denied",
-//     the rest of class 42 "schema mismatch" (a bug or an older schema);
+//     ErrBackendUnavailable ("not applied", safe to retry); the
+//     configuration failures above; the rest of class 42 "schema
+//     mismatch" (a bug or a schema changed by hand);
 //     class 23 (constraint) and 22 (data, e.g. the 2^63 token bound) are
 //     ErrInvalidState; anything else is ErrBackendUnavailable. The exception
 //     is 57014 (query_canceled: statement_timeout or a cancel request):
@@ -40,12 +39,30 @@ import (
 //   - Anything else (connection reset, EOF mid-reply): ErrAmbiguousOutcome
 //     for a mutation, ErrBackendUnavailable for a read.
 //
+// Configuration failures come first, whatever the severity, because they
+// cannot follow a statement that ran (they are raised at connection start
+// or before a statement executes) and retrying does not help: the detail
+// starts with "configuration:" so that an operator tells them from an
+// outage, and names the fix where there is one. 28P01 and 28000
+// (authentication failed, no pg_hba entry), 3D000 (no such database),
+// 42501 (permission denied), 42P01 and class 3F (undefined table, schema:
+// "run postgres.Migrate"), 42703 (undefined column: an older schema, "run
+// postgres.Migrate"). All are ErrBackendUnavailable: nothing was applied.
+//
 // The result carries an empty operation name; callers pass it through
-// leaseapi.Wrap with theirs.
+// leaseapi.Wrap with theirs. It carries err as its cause
+// ([leaseapi.WithCause]): errors.As reaches the *pgconn.PgError (or the
+// driver's other error types) while the message stays redacted. Context
+// errors are not attached: the result matches them through its kind.
 func classify(err error, mutation bool) error {
 	if err == nil {
 		return nil
 	}
+	return leaseapi.WithCause(classifyKind(err, mutation), err)
+}
+
+// classifyKind is classify without the cause.
+func classifyKind(err error, mutation bool) error {
 	var pgErr *pgconn.PgError
 	ctxErr := leaseapi.ContextCause(err)
 	if errors.As(err, &pgErr) {
@@ -85,6 +102,9 @@ func classifyPg(e *pgconn.PgError, mutation bool) error {
 	if len(code) >= 2 {
 		class = code[:2]
 	}
+	if detail := configuration(code); detail != "" {
+		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, detail)
+	}
 	terminated := sev == "FATAL" || sev == "PANIC" || class == "08" || (len(code) >= 3 && code[:3] == "57P")
 	switch {
 	case terminated:
@@ -101,10 +121,6 @@ func classifyPg(e *pgconn.PgError, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "serialization failure, not applied")
 	case code == "40P01":
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "deadlock, not applied")
-	case code == "42501":
-		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "permission denied")
-	case code == "42P01" || class == "3F" || class == "3D":
-		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "schema missing")
 	case class == "42":
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "schema mismatch")
 	case class == "23":
@@ -113,4 +129,32 @@ func classifyPg(e *pgconn.PgError, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrInvalidState, "value out of range")
 	}
 	return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "statement failed, not applied")
+}
+
+// The fixed details of the configuration failures.
+const (
+	detailAuth       = "configuration: authentication failed"
+	detailNoDatabase = "configuration: database does not exist"
+	detailDenied     = "configuration: permission denied"
+	detailNoSchema   = "configuration: schema missing: run postgres.Migrate"
+	detailOldSchema  = "configuration: schema out of date: run postgres.Migrate"
+	detailDropped    = "configuration: table dropped after migration: see postgres.Migrate"
+)
+
+// configuration returns the detail of a SQLSTATE that reports a
+// configuration failure rather than an outage, or "".
+func configuration(code string) string {
+	switch {
+	case code == "28P01" || code == "28000":
+		return detailAuth
+	case code == "3D000":
+		return detailNoDatabase
+	case code == "42501":
+		return detailDenied
+	case code == "42P01" || len(code) == 5 && code[:2] == "3F":
+		return detailNoSchema
+	case code == "42703":
+		return detailOldSchema
+	}
+	return ""
 }

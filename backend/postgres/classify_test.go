@@ -65,3 +65,47 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyConfiguration: configuration failures are told apart from
+// outages in the message (and name the fix), match ErrBackendUnavailable
+// only, whatever their severity and whether or not a mutation was sent,
+// and keep the driver's error reachable with errors.As; outages say
+// nothing of configuration.
+func TestClassifyConfiguration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, sev, want string
+	}{
+		{"28P01", "FATAL", "configuration: authentication failed"},
+		{"28000", "FATAL", "configuration: authentication failed"},
+		{"3D000", "FATAL", "configuration: database does not exist"},
+		{"42501", "ERROR", "configuration: permission denied"},
+		{"42P01", "ERROR", "configuration: schema missing: run postgres.Migrate"},
+		{"3F000", "ERROR", "configuration: schema missing: run postgres.Migrate"},
+		{"42703", "ERROR", "configuration: schema out of date: run postgres.Migrate"},
+		{"57P01", "FATAL", ""},
+		{"08006", "FATAL", ""},
+		{"40001", "ERROR", ""},
+		{"53300", "FATAL", ""}, // too many connections: an outage
+	} {
+		for _, mutation := range []bool{false, true} {
+			pgErr := &pgconn.PgError{Code: tc.code, Severity: tc.sev, SeverityUnlocalized: tc.sev, Message: "role secret-role"}
+			got := postgres.Classify(pgErr, mutation)
+			msg := got.Error()
+			if tc.want != "" {
+				if !strings.HasSuffix(msg, ": "+tc.want) || leaseapi.Kind(got) != leaseapi.ErrBackendUnavailable {
+					t.Errorf("%s (mutation %v): got %q (kind %v), want ErrBackendUnavailable ending %q", tc.code, mutation, msg, leaseapi.Kind(got), tc.want)
+				}
+			} else if strings.Contains(msg, "configuration") {
+				t.Errorf("%s (mutation %v): an outage reads as configuration: %q", tc.code, mutation, msg)
+			}
+			var back *pgconn.PgError
+			if !errors.As(leaseapi.Wrap(got, "op"), &back) || back.Code != tc.code {
+				t.Errorf("%s: errors.As does not reach the *pgconn.PgError through Wrap", tc.code)
+			}
+			if strings.Contains(msg, "secret") {
+				t.Errorf("%s: %q leaks the server's message", tc.code, msg)
+			}
+		}
+	}
+}
