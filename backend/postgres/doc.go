@@ -132,11 +132,31 @@
 // [Migrations]) in one transaction serialised by pg_advisory_xact_lock (one
 // lock per schema), creating the schema if missing and recording each
 // applied version in <schema>.lease_migrations. It is idempotent and safe to
-// run from many processes at once; migrations only create, never drop. Users
-// of goose, atlas or golang-migrate can take the files from [Migrations] and
-// substitute the identifiers themselves. Operations on a database that was
-// not migrated fail with leaseapi.ErrBackendUnavailable, detail "schema
-// missing".
+// run from many processes at once; migrations only create, never drop. A
+// version recorded as applied whose table was dropped since is reported
+// ("configuration: table dropped after migration"), not re-created: a new
+// lease table would restart every key's tokens at 1.
+//
+// Teams that run their migrations with a tool get the same SQL, rendered
+// for their Options, from [MigrationFS]: the [Goose] layout (NNNN_name.sql
+// with -- +goose Up / Down sections), the [GolangMigrate] layout
+// (NNNN_name.up.sql and NNNN_name.down.sql) and the [Plain] layout (one
+// NNNN_name.sql of up statements per version, which atlas's versioned
+// migrations read once "atlas migrate hash" has written the directory's
+// atlas.sum; no atlas.sum is rendered). Version 1 also creates the schema.
+// The down migrations refuse to drop the lease and fence tables (their
+// rows are what fencing rests on); only the waiter mark's column is
+// dropped. The tests apply the goose and golang-migrate layouts with the
+// tools' own Go packages and run the conformance suite on the result.
+//
+// A Store checks its table once, lazily, before its first operation: it
+// reads no row, only whether every column it uses exists, so a schema
+// migrated by any tool passes. A missing schema or table fails with
+// leaseapi.ErrBackendUnavailable, "configuration: schema missing: run
+// postgres.Migrate"; a table from an older release (a column missing)
+// "configuration: schema out of date: run postgres.Migrate". Until the
+// check passes it is repeated by every operation, so running Migrate fixes
+// a live Store without a restart.
 //
 // # Fencing inside your transaction
 //
@@ -164,8 +184,18 @@
 //
 // Driver errors are classified once, by type and SQLSTATE, never by text
 // (see classify in classify.go), and error strings never contain SQL, the
-// DSN, keys or owner ids:
+// DSN, keys or owner ids. The driver's error stays reachable for callers
+// who ask: errors.As(err, &pgErr) finds the *pgconn.PgError (its Code,
+// Message, Detail) behind any error of this package, also after the
+// runtime passed it on, while err.Error() stays the redacted text.
 //
+//   - Configuration failures are told apart from outages in the message,
+//     whose detail starts with "configuration:": authentication failed
+//     (28P01, 28000), database does not exist (3D000), permission denied
+//     (42501), schema missing (42P01, 3F: "run postgres.Migrate"), schema
+//     out of date (42703: "run postgres.Migrate"). They are
+//     leaseapi.ErrBackendUnavailable like every failure that applied
+//     nothing; retrying them does not help, so surface them to an operator.
 //   - Nothing sent (pool exhausted or unreachable, pgconn.SafeToRetry):
 //     leaseapi.ErrBackendUnavailable, or the context's error
 //     (leaseapi.ErrCanceled / leaseapi.ErrTimeout) when ctx ended. A ctx
@@ -184,10 +214,9 @@
 //     applied".
 //   - A statement the server rejected with ERROR did not commit: 40001
 //     serialization_failure and 40P01 deadlock_detected are
-//     leaseapi.ErrBackendUnavailable ("not applied": safe to retry), class
-//     42/3F likewise ("schema missing", "permission denied", "schema
-//     mismatch"); class 22/23 (data, constraint — e.g. the token bound) is
-//     leaseapi.ErrInvalidState.
+//     leaseapi.ErrBackendUnavailable ("not applied": safe to retry), the
+//     rest of class 42 likewise ("schema mismatch"); class 22/23 (data,
+//     constraint — e.g. the token bound) is leaseapi.ErrInvalidState.
 //   - A failed read (Validate, Inspect, Fence) is
 //     leaseapi.ErrBackendUnavailable, or the context's error.
 //

@@ -201,7 +201,14 @@ func TestFaultTerminateBackend(t *testing.T) {
 	url := dbURL(t)
 	direct := newPool(t, url)
 	app := fmt.Sprintf("lease-terminate-%d", time.Now().UnixNano())
-	s, _ := newStore(t, url, newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app }))
+	s, opts := newStore(t, url, newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = app }))
+	// other releases the watched key, so that the wake comes through the
+	// server's NOTIFY (a release by s itself wakes s's watchers directly)
+	// and proves that s's listener is LISTENing.
+	other, err := postgres.New(direct, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	k := leaseapi.MustKey("terminate", "k")
 	w := leaseapi.MustKey("terminate", "watched")
@@ -214,9 +221,15 @@ func TestFaultTerminateBackend(t *testing.T) {
 	cycle := func() {
 		t.Helper()
 		for range 10 {
-			r, err := s.TryAcquire(ctx, w, "watcher-owner", time.Minute)
+			r, err := other.TryAcquire(ctx, w, "holder-owner", time.Minute)
 			if err == nil {
-				err = s.Release(ctx, r)
+				// s's contended attempt marks the key as waited for.
+				if _, err = s.TryAcquire(ctx, w, "watcher-owner", time.Minute); errors.Is(err, leaseapi.ErrContended) {
+					err = nil
+				}
+				if rerr := other.Release(ctx, r); err == nil {
+					err = rerr
+				}
 			}
 			if err == nil {
 				return

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing/fstest"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
@@ -27,12 +28,18 @@ const versionTable = "lease_migrations"
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations returns the embedded migration files, for users who run
-// migrations with their own tool (goose, atlas, golang-migrate). Each file is
-// named NNNN_description.sql (NNNN the version) and is a text/template whose
-// only fields are {{.Schema}}, {{.Table}} and {{.Fences}}: substitute the
-// quoted identifiers (e.g. "lease", "leases", "fences") before applying.
-// [Migrate] does exactly that, with the validated names of its Options.
+// rollbackFiles are the down migrations, one per version with the same
+// name as its up file; [MigrationFS] renders them, Migrate never runs them.
+//
+//go:embed rollback/*.sql
+var rollbackFiles embed.FS
+
+// Migrations returns the embedded migration templates. Each file is named
+// NNNN_description.sql (NNNN the version) and is a text/template whose only
+// fields are {{.Schema}}, {{.Table}} and {{.Fences}}: substitute the quoted
+// identifiers (e.g. "lease", "leases", "fences") before applying. [Migrate]
+// does exactly that, with the validated names of its Options, and
+// [MigrationFS] renders them for the usual migration tools.
 func Migrations() fs.FS {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil { // unreachable: the directory is embedded
@@ -41,11 +48,13 @@ func Migrations() fs.FS {
 	return sub
 }
 
-// migration is one parsed, rendered migration file.
+// migration is one parsed, rendered migration file: its up statements
+// and those of its rollback file.
 type migration struct {
 	version int
 	name    string
 	sql     string
+	down    string
 }
 
 // loadMigrations parses and renders every embedded file with n's quoted
@@ -68,19 +77,15 @@ func loadMigrations(n names) ([]migration, error) {
 		if !ok || err != nil || v <= 0 || path.Ext(name) != ".sql" {
 			return nil, fmt.Errorf("bad migration file name")
 		}
-		raw, err := migrationFiles.ReadFile("migrations/" + name)
+		up, err := render(migrationFiles, "migrations/"+name, data)
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+		down, err := render(rollbackFiles, "rollback/"+name, data)
 		if err != nil {
 			return nil, err
 		}
-		var b strings.Builder
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: strings.TrimSuffix(name, ".sql"), sql: b.String()})
+		out = append(out, migration{version: v, name: strings.TrimSuffix(name, ".sql"), sql: up, down: down})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i := 1; i < len(out); i++ {
@@ -89,6 +94,92 @@ func loadMigrations(n names) ([]migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// Layout is the file layout of a migration tool, for [MigrationFS].
+type Layout int
+
+// The layouts MigrationFS renders. Every layout holds the same SQL as
+// [Migrate] applies, with the identifiers of the given Options substituted,
+// and the same version numbers (0001, 0002, ...).
+const (
+	// Goose is github.com/pressly/goose's SQL layout: NNNN_name.sql with
+	// "-- +goose Up" and "-- +goose Down" sections.
+	Goose Layout = iota + 1
+	// GolangMigrate is github.com/golang-migrate/migrate's layout: a
+	// NNNN_name.up.sql and a NNNN_name.down.sql per version.
+	GolangMigrate
+	// Plain is one NNNN_name.sql file of up statements per version, for
+	// tools that apply plain versioned files in name order (atlas's
+	// versioned migrations read them; run "atlas migrate hash" on the
+	// directory to create its atlas.sum).
+	Plain
+)
+
+// MigrationFS renders the migrations for the tables named by o in layout
+// l (version 1 also creates the schema if missing), as a read-only file
+// system of files at its root, for goose
+// (goose.SetBaseFS, or goose.NewProvider), golang-migrate (source/iofs) or
+// a copy into an atlas migration directory. Apply them to a database that
+// [Migrate] never touched, or keep using one tool: Migrate's version table
+// knows nothing of the tool's. The rendered statements are idempotent (IF
+// NOT EXISTS), so a schema migrated by one can be brought up by the other.
+//
+// The down migrations drop only what carries no lease state (the waiter
+// mark's column). Those of the lease and fence tables refuse, with an
+// error raised by the server: dropping the lease table loses every key's
+// token history (tokens would start again at 1 and could be handed out a
+// second time), and dropping the fence table forgets the tokens the
+// protected resources have accepted. Drop them by hand if that is what you
+// want.
+//
+// An invalid o or an unknown layout is leaseapi.ErrInvalidState.
+func MigrationFS(o Options, l Layout) (fs.FS, error) {
+	const op = "migration fs"
+	n, err := o.names()
+	if err != nil {
+		return nil, leaseapi.Wrap(err, op)
+	}
+	ms, err := loadMigrations(n)
+	if err != nil {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "bad embedded migration")
+	}
+	files := fstest.MapFS{}
+	add := func(name, text string) { files[name] = &fstest.MapFile{Data: []byte(text), Mode: 0o444} }
+	// The tools create no schema (Migrate does, before its migrations):
+	// version 1 does.
+	ms[0].sql = "CREATE SCHEMA IF NOT EXISTS " + n.qSchema + ";\n" + ms[0].sql
+	for _, m := range ms {
+		switch l {
+		case Goose:
+			add(m.name+".sql", "-- +goose Up\n-- +goose StatementBegin\n"+m.sql+"\n-- +goose StatementEnd\n\n-- +goose Down\n-- +goose StatementBegin\n"+m.down+"\n-- +goose StatementEnd\n")
+		case GolangMigrate:
+			add(m.name+".up.sql", m.sql)
+			add(m.name+".down.sql", m.down)
+		case Plain:
+			add(m.name+".sql", m.sql)
+		default:
+			return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "unknown layout")
+		}
+	}
+	return files, nil
+}
+
+// render executes the template file name of fsys with data.
+func render(fsys embed.FS, name string, data any) (string, error) {
+	raw, err := fsys.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	tmpl, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, data); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 // lockID is the pg_advisory_xact_lock key serialising migrators of one
@@ -104,7 +195,14 @@ func lockID(schema string) int64 {
 // idempotent (a second call is a no-op) and safe to run from many processes
 // at once: the transaction holds a pg_advisory_xact_lock per schema, so
 // exactly one migrator applies each version and the others then find it
-// recorded. Migrations only create; nothing is ever dropped. On an
+// recorded. Migrations only create; nothing is ever dropped. If a version
+// is recorded but its table was dropped since, Migrate changes nothing and
+// returns leaseapi.ErrBackendUnavailable with the detail "configuration:
+// table dropped after migration": re-creating it would restart the keys'
+// tokens at 1 (or forget the tokens the resources accepted), so a token
+// could be handed out twice. To start over knowingly, once nothing fenced
+// with the old tokens remains, drop the schema's lease_migrations rows of
+// the target (or the whole schema) and run Migrate again. On an
 // up-to-date database it only reads, so a role without CREATE privilege can
 // run it at every start.
 //
@@ -176,6 +274,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, o Options) error {
 	var v int32
 	if _, err := pgx.ForEachRow(rows, []any{&v}, func() error { applied[int(v)] = true; return nil }); err != nil {
 		return fail(err)
+	}
+	// A version recorded as applied whose table is gone (dropped by hand)
+	// is not re-created silently: the lease table held every key's token
+	// history and the fence table the tokens resources accepted, and a
+	// fresh one would let old tokens be handed out or accepted again.
+	var hasTable, hasFences bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1::text) IS NOT NULL, to_regclass($2::text) IS NOT NULL`, n.qTable, n.qFences).Scan(&hasTable, &hasFences); err != nil {
+		return fail(err)
+	}
+	if applied[1] && !hasTable || applied[2] && !hasFences {
+		return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, detailDropped)
 	}
 	todo := 0
 	for _, m := range ms {

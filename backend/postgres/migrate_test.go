@@ -135,11 +135,15 @@ func TestMissingSchema(t *testing.T) {
 	k := leaseapi.MustKey("m", "k")
 	_, err = s.TryAcquire(t.Context(), k, "owner", time.Minute)
 	wantKind(t, "TryAcquire without Migrate", err, leaseapi.ErrBackendUnavailable)
-	if !strings.Contains(err.Error(), "schema missing") {
-		t.Fatalf("TryAcquire without Migrate: got %q, want the detail \"schema missing\"", err)
-	}
+	wantConfig(t, "TryAcquire without Migrate", err, "configuration: schema missing: run postgres.Migrate", "42P01")
 	_, _, err = s.Inspect(t.Context(), k)
-	wantKind(t, "Inspect without Migrate", err, leaseapi.ErrBackendUnavailable)
+	wantConfig(t, "Inspect without Migrate", err, "configuration: schema missing: run postgres.Migrate", "42P01")
+	// A schema that exists without the table.
+	if _, err := pool.Exec(t.Context(), "CREATE SCHEMA "+pgx.Identifier{postgres.SchemaOf(s)}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TryAcquire(t.Context(), k, "owner", time.Minute)
+	wantConfig(t, "TryAcquire without the table", err, "configuration: schema missing: run postgres.Migrate", "42P01")
 }
 
 func TestOptionsValidation(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,6 +106,12 @@ type Store struct {
 	channel string
 	q       statements
 
+	// schemaOK is set once the lease table was seen to have the latest
+	// migration's shape (checkSchema); until then every operation checks
+	// first. It is never cleared: a table dropped later is reported by
+	// the operations' own statements ("schema missing").
+	schemaOK atomic.Bool
+
 	// watches holds the WatchRelease registrations by payload hash, each
 	// carrying its key's text (kept in memory only, for the sweep after
 	// (re)connecting). Its listener is the LISTEN goroutine (listen),
@@ -124,7 +131,7 @@ var (
 // statements holds the SQL of every operation, built once in New from the
 // validated, quoted identifiers.
 type statements struct {
-	acquire, renew, validate, release, inspect, renewBatch, fence, advance, sweep string
+	acquire, renew, validate, release, inspect, renewBatch, fence, advance, sweep, check string
 }
 
 func buildStatements(n names) statements {
@@ -256,6 +263,9 @@ u AS (
 )
 SELECT gate.ok, u.idx, u.acquired_at, u.expires_at FROM gate LEFT JOIN u ON true`, t, inTime("$6")),
 
+		// Every column the statements use, no row read.
+		check: fmt.Sprintf(`SELECT count(*) FROM (SELECT key, owner, token, acquired_at, expires_at, waiting FROM %[1]s LIMIT 0) AS l`, t),
+
 		sweep: fmt.Sprintf(`SELECT key FROM %[1]s
 WHERE key = ANY($1::text[]) AND (owner IS NULL OR expires_at <= clock_timestamp())`, t),
 
@@ -306,9 +316,11 @@ func errLate(op string) error {
 
 // New returns a Store on pool with the tables named by o. It does no I/O:
 // an unreachable pool is reported by the first operation as
-// leaseapi.ErrBackendUnavailable, and missing tables (Migrate not run) the
-// same way with the detail "schema missing". A nil pool or an invalid name is
-// leaseapi.ErrInvalidState.
+// leaseapi.ErrBackendUnavailable, and missing or old tables (Migrate not
+// run) the same way, before any statement runs on them, with the detail
+// "configuration: schema missing: run postgres.Migrate" or
+// "configuration: schema out of date: run postgres.Migrate" (see the
+// package doc). A nil pool or an invalid name is leaseapi.ErrInvalidState.
 func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 	if pool == nil {
 		return nil, leaseapi.NewError("new store", leaseapi.ErrInvalidState, "nil pool")
@@ -381,7 +393,30 @@ func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
 	if err != nil {
 		return nil, leaseapi.Wrap(classify(err, false), op)
 	}
+	if !s.schemaOK.Load() {
+		if err := s.checkSchema(ctx, c); err != nil {
+			c.Release()
+			return nil, leaseapi.Wrap(err, op)
+		}
+	}
 	return c, nil
+}
+
+// checkSchema reads nothing but the lease table's shape, once per Store
+// (until it first succeeds): a missing schema or table reports
+// "configuration: schema missing: run postgres.Migrate", a table without
+// the latest migration's column "configuration: schema out of date: run
+// postgres.Migrate", before any operation runs on it. It looks at the
+// table itself, not at a version table, so a schema migrated by goose,
+// golang-migrate or atlas ([MigrationFS]) passes as well as one migrated
+// by [Migrate].
+func (s *Store) checkSchema(ctx context.Context, c *pgxpool.Conn) error {
+	var n int64
+	if err := c.QueryRow(ctx, s.q.check).Scan(&n); err != nil {
+		return classify(err, false)
+	}
+	s.schemaOK.Store(true)
+	return nil
 }
 
 // TryAcquire implements [leaseapi.Backend] with one upsert statement timed
