@@ -19,29 +19,27 @@ import (
 
 // lateEnv is the set-up of the late-execution tests: a fresh schema, a
 // direct pool to read the truth and to hold rows locked, and a Store whose
-// one-connection pool reaches the server through a fault proxy; its
-// session carries an application_name of its own, so that its server
-// process can be watched in pg_stat_activity.
+// one-connection pool reaches the server through a fault proxy. The
+// server process of that one connection (pid) is the one the tests watch:
+// by its process id, never by a name another session could share.
 type lateEnv struct {
 	direct *pgxpool.Pool
 	opts   postgres.Options
 	table  string
-	app    string
 	proxy  *faultproxy.Proxy
 	store  *postgres.Store
+	pid    int32           // the server process of store's one connection
 	other  *postgres.Store // direct, same schema: sets up the leases
 }
 
 func newLateEnv(t *testing.T) *lateEnv {
 	t.Helper()
 	url := dbURL(t)
-	e := &lateEnv{direct: newPool(t, url), app: fmt.Sprintf("lease-late-%d", time.Now().UnixNano())}
+	e := &lateEnv{direct: newPool(t, url)}
 	var purl string
 	e.proxy, purl = newProxy(t, url)
-	e.store, e.opts = newStore(t, url, newPool(t, purl, func(c *pgxpool.Config) {
-		c.MaxConns = 1
-		c.ConnConfig.RuntimeParams["application_name"] = e.app
-	}))
+	pool := newPool(t, purl, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	e.store, e.opts = newStore(t, url, pool)
 	var err error
 	if e.other, err = postgres.New(e.direct, e.opts); err != nil {
 		t.Fatal(err)
@@ -63,7 +61,18 @@ func newLateEnv(t *testing.T) *lateEnv {
 	if err := e.store.Release(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
+	e.pid = backendPID(t, pool)
 	return e
+}
+
+// backendPID is the server process of pool's one connection.
+func backendPID(t *testing.T, pool *pgxpool.Pool) int32 {
+	t.Helper()
+	var pid int32
+	if err := pool.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // state is the rows of keys as the server holds them.
@@ -84,8 +93,9 @@ func (e *lateEnv) state(t *testing.T, keys ...leaseapi.Key) string {
 }
 
 // poll runs cond (one query on the direct pool) until it is true, for at
-// most 10s.
-func (e *lateEnv) poll(t *testing.T, what, cond string, args ...any) {
+// most 10s. If the call under test returns meanwhile (errc receives), it
+// fails with the call's error: the call was not held back.
+func (e *lateEnv) poll(t *testing.T, errc <-chan error, what, cond string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -96,6 +106,11 @@ func (e *lateEnv) poll(t *testing.T, what, cond string, args ...any) {
 		if ok {
 			return
 		}
+		select {
+		case err := <-errc:
+			t.Fatalf("%s: the call returned first: %v", what, err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not after 10s", what)
 		}
@@ -103,38 +118,56 @@ func (e *lateEnv) poll(t *testing.T, what, cond string, args ...any) {
 	}
 }
 
+// lock is a row lock held by a transaction of the direct pool.
+type lock struct {
+	unlock func() // ends the transaction; idempotent
+	pid    int32  // the holding transaction's server process
+}
+
 // lockRow holds k's row FOR UPDATE in a transaction of its own until
-// unlock (idempotent; also at the end of the test).
-func (e *lateEnv) lockRow(t *testing.T, k leaseapi.Key) (unlock func()) {
+// unlock (also at the end of the test).
+func (e *lateEnv) lockRow(t *testing.T, k leaseapi.Key) lock {
 	t.Helper()
-	tx, err := e.direct.Begin(t.Context())
+	return lockIn(t, e.direct, "SELECT 1 FROM "+e.table+" WHERE key = $1 FOR UPDATE", k.String())
+}
+
+// lockIn runs sql in a new transaction of pool, which it keeps open until
+// unlock (also at the end of the test).
+func lockIn(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) lock {
+	t.Helper()
+	tx, err := pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock = func() { _ = tx.Rollback(context.Background()) }
-	t.Cleanup(unlock)
-	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+e.table+" WHERE key = $1 FOR UPDATE", k.String()); err != nil {
+	l := lock{unlock: func() { _ = tx.Rollback(context.Background()) }}
+	t.Cleanup(l.unlock)
+	if _, err := tx.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatal(err)
 	}
-	return unlock
+	if err := tx.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&l.pid); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
-// waitLocked waits until the Store's server process is waiting for a row
-// lock: its statement has arrived and is held back.
-func (e *lateEnv) waitLocked(t *testing.T) {
+// waitLocked waits until server process pid waits for the lock l holds:
+// its statement has arrived and is held back. errc is the call's result,
+// watched so that a call that returns instead fails at once with its
+// error.
+func (e *lateEnv) waitLocked(t *testing.T, pid int32, l lock, errc <-chan error) {
 	t.Helper()
-	e.poll(t, "the statement to wait for the row lock",
-		`SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, e.app)
+	e.poll(t, errc, "the statement to wait for the row lock",
+		`SELECT $2::int = ANY (pg_blocking_pids($1::int))`, pid, l.pid)
 }
 
 // waitPast waits until the server's clock is more than d after the start
-// of the Store's current statement (query_start, which is the
+// of process pid's current statement (query_start, which is the
 // statement_timestamp() the statement sees).
-func (e *lateEnv) waitPast(t *testing.T, d time.Duration) {
+func (e *lateEnv) waitPast(t *testing.T, pid int32, d time.Duration) {
 	t.Helper()
-	e.poll(t, "the server's clock to pass the statement's bound",
+	e.poll(t, nil, "the server's clock to pass the statement's bound",
 		`SELECT coalesce(bool_and(clock_timestamp() > query_start + $2::bigint * interval '1 microsecond'), false)
-FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'`, e.app, d.Microseconds())
+FROM pg_stat_activity WHERE pid = $1 AND state = 'active'`, pid, d.Microseconds())
 }
 
 // lateCases are the statements that grant or extend. setup prepares the
@@ -224,7 +257,7 @@ func TestLateExecutionIsNoop(t *testing.T) {
 				keys := lateKeys(fmt.Sprintf("%s-%v", tc.name, bounded), tc.keys)
 				recs := tc.setup(t, e, keys)
 				before := e.state(t, keys...)
-				unlock := e.lockRow(t, keys[0])
+				l := e.lockRow(t, keys[0])
 
 				const budget = 200 * time.Millisecond
 				ctx, cancel := context.WithCancel(t.Context())
@@ -233,16 +266,16 @@ func TestLateExecutionIsNoop(t *testing.T) {
 				}
 				errc := make(chan error, 1)
 				go func() { errc <- tc.call(ctx, e.store, keys, recs) }()
-				e.waitLocked(t)
+				e.waitLocked(t, e.pid, l, errc)
 				e.proxy.Detach()
 				err := <-errc
 				cancel()
 				wantKind(t, tc.name+" cut off while held back", err, leaseapi.ErrAmbiguousOutcome)
 				if bounded {
-					e.waitPast(t, budget+5*time.Millisecond)
+					e.waitPast(t, e.pid, budget+5*time.Millisecond)
 				}
 				dropped := e.proxy.Stats().Dropped
-				unlock()
+				l.unlock()
 				waitProxy(t, e.proxy, "the held-back statement's late reply", func(s faultproxy.Stats) bool { return s.Dropped > dropped })
 
 				after := e.state(t, keys...)
@@ -270,14 +303,14 @@ func TestLateStatusIsNotApplied(t *testing.T) {
 			keys := lateKeys("status-"+tc.name, tc.keys)
 			recs := tc.setup(t, e, keys)
 			before := e.state(t, keys...)
-			unlock := e.lockRow(t, keys[0])
+			l := e.lockRow(t, keys[0])
 			errc := make(chan error, 1)
 			// 100ms, not less: TryAcquire also checks the bound before the
 			// lock wait (on its insert path), and that check must pass.
 			go func() { errc <- tc.call(t.Context(), postgres.WithBudget(e.store, 100*time.Millisecond), keys, recs) }()
-			e.waitLocked(t)
-			e.waitPast(t, 105*time.Millisecond)
-			unlock()
+			e.waitLocked(t, e.pid, l, errc)
+			e.waitPast(t, e.pid, 105*time.Millisecond)
+			l.unlock()
 			err := <-errc
 			wantKind(t, "late "+tc.name, err, leaseapi.ErrBackendUnavailable)
 			if !strings.Contains(err.Error(), "not applied") {
@@ -381,7 +414,7 @@ func TestHeldBackWithinBudgetTimedFromStart(t *testing.T) {
 			e := newLateEnv(t)
 			keys := lateKeys("start-"+tc.name, tc.keys)
 			recs := tc.setup(t, e, keys)
-			unlock := e.lockRow(t, keys[0])
+			l := e.lockRow(t, keys[0])
 			type result struct {
 				rec leaseapi.Record
 				err error
@@ -402,12 +435,12 @@ func TestHeldBackWithinBudgetTimedFromStart(t *testing.T) {
 				}
 				done <- r
 			}()
-			e.waitLocked(t)
+			e.waitLocked(t, e.pid, l, nil)
 			var released time.Time
 			if err := e.direct.QueryRow(t.Context(), "SELECT clock_timestamp()").Scan(&released); err != nil {
 				t.Fatal(err)
 			}
-			unlock()
+			l.unlock()
 			r := <-done
 			if r.err != nil {
 				t.Fatalf("%s held back within its budget: %v", tc.name, r.err)
@@ -433,25 +466,17 @@ func TestPlainUpdateChecksBeforeLockWait(t *testing.T) {
 	if _, err := e.direct.Exec(t.Context(), "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v int); INSERT INTO "+tbl+" VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.direct.Begin(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+tbl+" WHERE id = 1 FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	pool := newPool(t, dbURL(t), func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["application_name"] = e.app })
+	l := lockIn(t, e.direct, "SELECT 1 FROM "+tbl+" WHERE id = 1 FOR UPDATE")
+	pool := newPool(t, dbURL(t), func(c *pgxpool.Config) { c.MaxConns = 1 })
+	pid := backendPID(t, pool)
 	done := make(chan error, 1)
 	go func() {
 		_, err := pool.Exec(t.Context(), "UPDATE "+tbl+" SET v = v + 1 WHERE id = 1 AND clock_timestamp() <= statement_timestamp() + interval '200 milliseconds'")
 		done <- err
 	}()
-	e.waitLocked(t)
-	e.waitPast(t, 250*time.Millisecond)
-	if err := tx.Rollback(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	e.waitLocked(t, pid, l, done)
+	e.waitPast(t, pid, 250*time.Millisecond)
+	l.unlock()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
