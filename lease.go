@@ -239,3 +239,58 @@ const (
 func NewClient(backend Backend, options ClientOptions) (*Client, error) {
 	return runtime.NewClient(backend, options)
 }
+
+// Telemetry of a client: exact metrics, state changes and tracing (see
+// ClientOptions). Additions to the reference API.
+type (
+	// Metrics is a snapshot of one Client's exact metrics (Client.Metrics).
+	Metrics = runtime.Metrics
+	// MetricsReader is what exporters poll; a Client is one.
+	MetricsReader = runtime.MetricsReader
+	// StateChange is one handle transition, as ClientOptions.OnStateChange
+	// receives it.
+	StateChange = runtime.StateChange
+	// LossCause is why a lease ended without being released.
+	LossCause = runtime.LossCause
+	// Tracer wraps every public operation (ClientOptions.Tracer).
+	Tracer = runtime.Tracer
+	// TraceStart describes an operation as it starts.
+	TraceStart = runtime.TraceStart
+	// TraceEnd describes an operation as it returns.
+	TraceEnd = runtime.TraceEnd
+	// TraceOp names a public operation in a Tracer's calls.
+	TraceOp = runtime.TraceOp
+	// KeyHasher hashes keys for state changes and traces; share one across
+	// a fleet to follow a lease from process to process.
+	KeyHasher = runtime.KeyHasher
+)
+
+// Loss causes.
+const (
+	LossExpired     = runtime.LossExpired
+	LossStale       = runtime.LossStale
+	LossRegression  = runtime.LossRegression
+	LossUnavailable = runtime.LossUnavailable
+	LossAmbiguous   = runtime.LossAmbiguous
+	LossClosed      = runtime.LossClosed
+)
+
+// Traced operations.
+const (
+	TraceAcquire    = runtime.TraceAcquire
+	TraceTryAcquire = runtime.TraceTryAcquire
+	TraceRenew      = runtime.TraceRenew
+	TraceValidate   = runtime.TraceValidate
+	TraceRelease    = runtime.TraceRelease
+	TraceRun        = runtime.TraceRun
+)
+
+// MinKeyHashSecret is the shortest secret NewKeyHasher accepts.
+const MinKeyHashSecret = runtime.MinKeyHashSecret
+
+// NewKeyHasher returns a KeyHasher keyed by secret (at least
+// MinKeyHashSecret bytes; shorter is ErrInvalidState).
+func NewKeyHasher(secret []byte) (*KeyHasher, error) { return runtime.NewKeyHasher(secret) }
+
+// Tracers combines tracers into one that calls each in order.
+func Tracers(ts ...Tracer) Tracer { return runtime.Tracers(ts...) }
