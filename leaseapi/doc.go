@@ -7,6 +7,10 @@
 // backends implement it, and neither imports the other. It imports the
 // standard library only.
 //
+// Programs import the root package, github.com/leasekit/lease, which
+// re-exports this package's model, policies and errors under the same
+// names; this package is for backend authors and the runtime.
+//
 // # Guarantees a Backend gives
 //
 // Every backend promises, and the conformance suite in package simtest

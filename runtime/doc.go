@@ -2,6 +2,10 @@
 // time-bounded leases on a backend and owns one supervisor goroutine per
 // held lease; a [Handle] is a message handle to that supervisor; [Managed]
 // is its automatic renewal; [Client.Run] is the one-call form.
+// Programs import it through the root package, github.com/leasekit/lease,
+// which re-exports it under the reference API's names (lease.NewClient,
+// lease.Handle, ...) and avoids the clash with the standard library's
+// runtime.
 //
 //	c, _ := runtime.NewClient(store, runtime.ClientOptions{})
 //	defer c.Close(ctx)

@@ -9,13 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/postgres"
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 // The usual setup: one pool, Migrate at start-up (idempotent, safe from
-// every replica at once), one Store, one runtime Client on it.
+// every replica at once), one Store, one lease.Client on it.
 func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -32,7 +31,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer store.Close() // after the client: LIFO
-	client, err := runtime.NewClient(store, runtime.ClientOptions{})
+	client, err := lease.NewClient(store, lease.ClientOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,16 +45,16 @@ func ExampleStore_Fence() {
 		ctx   context.Context
 		pool  *pgxpool.Pool
 		store *postgres.Store
-		h     *runtime.Handle // a held lease
+		h     *lease.Handle // a held lease
 	)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := store.Fence(ctx, tx, h.Snapshot()); err != nil {
-			return err // leaseapi.ErrStaleOwner: the lease is gone
+			return err // lease.ErrStaleOwner: the lease is gone
 		}
 		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - 10 WHERE id = 1`)
 		return err
 	})
-	if errors.Is(err, leaseapi.ErrStaleOwner) {
+	if errors.Is(err, lease.ErrStaleOwner) {
 		log.Print("lost the lease: nothing written")
 	}
 }
@@ -67,13 +66,13 @@ func ExampleStore_FencedWrite() {
 		ctx   context.Context
 		pool  *pgxpool.Pool
 		store *postgres.Store
-		h     *runtime.Handle // a held lease
+		h     *lease.Handle // a held lease
 	)
 	err := store.FencedWrite(ctx, pool, "reports/2026-11", h.Token(), nil, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO reports (month, body) VALUES ('2026-11', 'done')`)
 		return err
 	})
-	if errors.Is(err, leaseapi.ErrStaleOwner) {
+	if errors.Is(err, lease.ErrStaleOwner) {
 		log.Print("a newer holder already wrote: refused")
 	}
 }
