@@ -310,3 +310,14 @@ func TestStopReportsAFailedRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestTypedNilSource: a nil *MemorySource passed as a Source is rejected
+// by New, as a nil Source is.
+func TestTypedNilSource(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		c, _ := newClient(t, backendtest.MemoryStore(t))
+		var src *queue.MemorySource
+		_, err := queue.New(c, src, queue.Options{Policy: itemPolicy(t), Handler: okHandler})
+		backendtest.WantKind(t, "New(typed nil source)", err, leaseapi.ErrInvalidState)
+	})
+}

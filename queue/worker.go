@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -230,7 +231,7 @@ func New(client *runtime.Client, src Source, o Options) (*Worker, error) {
 	switch {
 	case client == nil:
 		return bad("nil client")
-	case src == nil:
+	case src == nil || isNilPointer(src):
 		return bad("nil source")
 	case o.Policy.Check() != nil:
 		return bad("zero policy")
@@ -329,6 +330,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.stopErrs = nil
 	w.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// isNilPointer reports whether v is a typed nil pointer (a nil
+// *MemorySource in a Source, say), which a nil check of the interface
+// misses.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // built reports whether w was made by New.

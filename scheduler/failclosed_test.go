@@ -381,3 +381,23 @@ func TestReleaseErrorIsReported(t *testing.T) {
 		})
 	}
 }
+
+// ptrSchedule has a pointer receiver that reads its field: a nil one
+// would panic.
+type ptrSchedule struct{ d time.Duration }
+
+func (s *ptrSchedule) Next(t time.Time) time.Time { return scheduler.Every(s.d).Next(t) }
+
+// TestTypedNilSchedule: a nil *ptrSchedule in Job.Schedule is "nil
+// schedule" (ErrInvalidState), as a nil Schedule is.
+func TestTypedNilSchedule(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		srv := newServer(t, backendtest.MemoryStore(t), "s", 0)
+		var sch *ptrSchedule
+		err := srv.sched.Add(scheduler.Job{Name: "j", Schedule: sch, Mode: scheduler.OnOneServer, Policy: jobPolicy(t), Run: nopRun})
+		backendtest.WantKind(t, "Add(typed nil schedule)", err, leaseapi.ErrInvalidState)
+		if err := srv.sched.Add(scheduler.Job{Name: "k", Schedule: &ptrSchedule{time.Minute}, Mode: scheduler.OnOneServer, Policy: jobPolicy(t), Run: nopRun}); err != nil {
+			t.Fatalf("Add(a *ptrSchedule): %v", err)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,6 +232,13 @@ func New(client *runtime.Client, o Options) (*Scheduler, error) {
 	return &Scheduler{c: client, clk: clk, ns: ns, onEvent: o.OnEvent, names: map[string]struct{}{}}, nil
 }
 
+// isNilPointer reports whether v is a typed nil pointer (a nil *Cron in
+// a Schedule, say), which a nil check of the interface misses.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // built reports whether s was made by New.
 func (s *Scheduler) built() bool { return s != nil && s.c != nil }
 
@@ -256,7 +264,7 @@ func (s *Scheduler) Add(j Job) error {
 		return bad("job name empty or too long")
 	case strings.ContainsRune(j.Name, '/'):
 		return bad("slash in job name")
-	case j.Schedule == nil:
+	case j.Schedule == nil || isNilPointer(j.Schedule):
 		return bad("nil schedule")
 	case j.Mode != OnOneServer && j.Mode != NonOverlap:
 		return bad("invalid mode")
