@@ -16,7 +16,8 @@ import (
 //     grant, if any, expires at its TTL and is never handed out blind);
 //   - ErrBackendUnavailable: the backend could not be asked;
 //   - ErrCanceled / ErrTimeout: ctx ended (also matching ctx's error);
-//   - ErrCapacity: MaxWaiters calls are already in flight;
+//   - ErrCapacity: MaxWaiters calls are already in flight, or the client
+//     already holds MaxHeld handles;
 //   - ErrInvalidState: bad input (zero key or policy, nil ctx), or the
 //     client is closed.
 //
@@ -59,6 +60,9 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		return nil, leaseapi.NewError(op, leaseapi.ErrCapacity, "max waiters")
 	}
 	defer c.waiters.Add(-1)
+	if c.held.full() { // fail fast; register takes the slot exactly
+		return nil, errMaxHeld
+	}
 
 	if !wait || p.Wait() == 0 {
 		return c.attempt(ctx, key, p)
@@ -195,10 +199,10 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
 	}
-	s, ok := c.register(p, rec, sentAt, recvAt)
-	if !ok {
+	s, err := c.register(p, rec, sentAt, recvAt)
+	if err != nil {
 		c.releaseQuietly(rec, p)
-		return nil, errClosed(op)
+		return nil, err
 	}
 	return &Handle{c: c, s: s}, nil
 }

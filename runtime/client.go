@@ -2,7 +2,12 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +28,10 @@ const (
 	DefaultMaxWaiters uint32 = 10_000
 	// DefaultMaxManaged is MaxManaged when zero.
 	DefaultMaxManaged uint32 = 10_000
+	// MaxClientHeld is the largest ClientOptions.MaxHeld.
+	MaxClientHeld uint32 = 1_000_000
+	// DefaultMaxHeld is MaxHeld when zero.
+	DefaultMaxHeld uint32 = 100_000
 )
 
 // ClientOptions configures a [Client]. The zero value is valid: the real
@@ -43,6 +52,13 @@ type ClientOptions struct {
 	// MaxManaged bounds handles under managed renewal (0: 10,000; at most
 	// MaxClientManaged). One more StartManaged fails with ErrCapacity.
 	MaxManaged uint32
+	// MaxHeld bounds the handles the client holds at once, managed or not
+	// (0: 100,000; at most MaxClientHeld). Each held handle keeps one
+	// supervisor goroutine until its lease ends, which for a forgotten
+	// unmanaged handle is its deadline; the bound keeps a program that
+	// leaks handles from growing without limit. One more acquisition fails
+	// fast with ErrCapacity, before any backend call.
+	MaxHeld uint32
 	// NoBatching makes every renewal its own backend call even when the
 	// backend claims batched renewal (leaseapi.Capabilities.RenewBatch).
 	NoBatching bool
@@ -94,6 +110,7 @@ type Client struct {
 	maxWaiters int64
 	waiters    atomic.Int64
 	managed    gate
+	held       gate // one slot per live supervisor: taken in register, given back by the supervisor
 	marks      watermarks
 
 	// life is canceled when Close starts: it aborts in-flight supervisor
@@ -105,10 +122,14 @@ type Client struct {
 	// sup is the supervisor configuration shared by every lease.
 	sup *supervisor.Config
 
-	// mu guards sups and closed. No channel operation happens under it.
+	// mu guards sups, closed and unconfirmed. No channel operation
+	// happens under it.
 	mu     sync.Mutex
 	sups   map[*supervisor.Supervisor]struct{}
 	closed bool
+	// unconfirmed counts, by sentinel, the releases on close that failed
+	// or could not be confirmed.
+	unconfirmed map[error]int
 	// drained is closed once Close has started and the last supervisor has
 	// exited.
 	drained   chan struct{}
@@ -127,6 +148,9 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	}
 	if o.MaxManaged > MaxClientManaged {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max managed out of range")
+	}
+	if o.MaxHeld > MaxClientHeld {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max held out of range")
 	}
 	c := &Client{
 		b:       b,
@@ -163,6 +187,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	}
 	c.maxWaiters = int64(cmpOr(o.MaxWaiters, DefaultMaxWaiters))
 	c.managed.max = int64(cmpOr(o.MaxManaged, DefaultMaxManaged))
+	c.held.max = int64(cmpOr(o.MaxHeld, DefaultMaxHeld))
 	c.life, c.cancelLife = context.WithCancel(context.Background())
 	if caps.RenewBatch && !c.unbounded && !o.NoBatching {
 		c.batch = newBatcher(b.(leaseapi.BatchRenewer), c.clk, c.life)
@@ -174,6 +199,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		Life:         c.life,
 		CloseContext: c.closeContext,
 		Managed:      &c.managed,
+		Held:         &c.held,
 		OnExit:       c.unregister,
 		Unbounded:    c.unbounded,
 		Renewer:      c.renewer(),
@@ -208,31 +234,37 @@ func (c *Client) Managed() int {
 	return int(c.managed.n.Load())
 }
 
-// Held returns how many handles of this client have a live supervisor. A
-// supervisor exits just after its lease ends (the Release reply is sent
-// first), so a count read right after Release may still include it; wait
-// on Handle.Done for an exact figure.
+// Held returns how many handles of this client have a live supervisor
+// (the figure MaxHeld bounds). A supervisor exits just after its lease
+// ends (the Release reply is sent first), so a count read right after
+// Release may still include it; once the handle's Done is closed it is no
+// longer counted.
 func (c *Client) Held() int {
 	if !c.usable() {
 		return 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.sups)
+	return int(c.held.n.Load())
 }
 
-// register starts the supervisor of a fresh grant unless the client is
-// closed (then it reports false and starts nothing).
-func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*supervisor.Supervisor, bool) {
+// register starts the supervisor of a fresh grant. It starts nothing and
+// returns an error if the client is closed (ErrInvalidState) or already
+// holds MaxHeld handles (ErrCapacity); the caller then gives the grant back.
+func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*supervisor.Supervisor, error) {
+	const op = "acquire"
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, false
+		return nil, errClosed(op)
+	}
+	if !c.held.Enter() {
+		return nil, errMaxHeld
 	}
 	s := supervisor.Start(c.sup, p, supervisor.Grant{Record: rec, SentAt: sentAt, RecvAt: recvAt})
 	c.sups[s] = struct{}{}
-	return s, true
+	return s, nil
 }
+
+var errMaxHeld = leaseapi.NewError("acquire", leaseapi.ErrCapacity, "max held")
 
 // closeContext returns the context Close was called with.
 func (c *Client) closeContext() context.Context {
@@ -249,11 +281,18 @@ func (c *Client) renewer() supervisor.Renewer {
 	return c.batch
 }
 
-// unregister runs on a supervisor's goroutine as it exits.
+// unregister runs on a supervisor's goroutine as it exits (after Done).
 func (c *Client) unregister(s *supervisor.Supervisor) {
+	err := s.CloseErr()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.sups, s)
+	if err != nil {
+		if c.unconfirmed == nil {
+			c.unconfirmed = make(map[error]int)
+		}
+		c.unconfirmed[leaseapi.Kind(err)]++
+	}
 	if c.closed && len(c.sups) == 0 {
 		c.closeDrained()
 	}
@@ -276,10 +315,20 @@ func (c *Client) closeDrained() {
 // until every supervisor has exited. After Close returns, no handle of this
 // client reports Active and no goroutine the client started is alive.
 //
-// If ctx ends first, the remaining releases are abandoned (those leases end
-// at their TTL), Close still waits for the supervisors to exit (promptly:
-// their calls are canceled) and returns an error matching ErrTimeout or
-// ErrCanceled. Close is idempotent: later calls wait for the same shutdown.
+// Close never infers a release from shutdown. It returns nil only if every
+// release it made was confirmed (or found the lease already replaced:
+// ErrStaleOwner means nothing of ours was held). Otherwise its error joins
+// one error per class of what went wrong, each matching its sentinel:
+// ErrBackendUnavailable (a release was not applied), ErrAmbiguousOutcome
+// (a release may or may not have been applied), and ErrTimeout or
+// ErrCanceled (ctx ended first; the remaining releases were abandoned). A
+// lease whose release was not confirmed may still be held on the backend
+// until its TTL runs out: at most the policy's TTL after the send of its
+// last successful renewal (its handle's Deadline plus the safety margin).
+// Every such handle ends Lost. Close still waits for the supervisors to
+// exit when ctx ends (promptly: their calls are canceled). Close is
+// idempotent: later calls wait for the same shutdown and report its
+// releases the same way.
 func (c *Client) Close(ctx context.Context) error {
 	if !c.usable() {
 		return errUnusable("close")
@@ -297,12 +346,12 @@ func (c *Client) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		c.cancelLife() // every supervisor now releases under ctx and exits
 	})
-	var err error
+	var ctxErr error
 	select {
 	case <-c.drained:
 	case <-ctx.Done():
 		<-c.drained // supervisors' releases use ctx: they exit promptly now
-		err = leaseapi.ContextError("close", ctx.Err())
+		ctxErr = leaseapi.ContextError("close", ctx.Err())
 	}
 	if c.batch != nil {
 		c.batch.wait() // its loop ends with life, canceled above
@@ -310,8 +359,28 @@ func (c *Client) Close(ctx context.Context) error {
 	if c.events != nil {
 		c.events.wait() // no supervisor is left to report a change
 	}
-	return err
+	return c.closeError(ctxErr)
 }
+
+// closeError joins ctxErr with one error per class of unconfirmed
+// release (in a fixed order; a class ctxErr already names is not repeated).
+func (c *Client) closeError(ctxErr error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kinds := slices.SortedFunc(maps.Keys(c.unconfirmed), func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	errs := []error{ctxErr}
+	for _, kind := range kinds {
+		if ctxErr != nil && errors.Is(ctxErr, kind) {
+			continue
+		}
+		detail := fmt.Sprintf("%d release(s) not confirmed: held until TTL", c.unconfirmed[kind])
+		errs = append(errs, leaseapi.NewError("close", kind, detail))
+	}
+	return errors.Join(errs...)
+}
+
+// full reports whether the gate has no slot left, without taking one.
+func (g *gate) full() bool { return g.n.Load() >= g.max }
 
 // gate is the MaxManaged bound: a counter that refuses to pass max.
 type gate struct {

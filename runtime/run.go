@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 
 	"github.com/leasekit/lease/leaseapi"
 )
@@ -11,13 +12,17 @@ import (
 // soon as the lease is lost, expires or the client closes, and when fn
 // returns (or panics) it stops renewal and releases the lease.
 //
-// Run returns the acquisition's error if it never held the lease, fn's
-// error if fn failed, an error matching ErrLost if fn returned nil but the
-// lease ended while it ran (its work may not have been exclusive), and nil
-// otherwise. fn's ctx carries the loss as its cause (context.Cause). A
-// release that fails after fn returned is not reported: the lease then ends
-// at its TTL. The goroutine Run starts to watch for loss exits before Run
-// returns.
+// Run returns the acquisition's error if it never held the lease. Once it
+// held it, Run returns fn's error if fn failed; an error matching ErrLost
+// if fn returned nil but the lease ended while it ran (its work may not
+// have been exclusive); and the release's error if the release failed or
+// could not be confirmed (ErrBackendUnavailable, ErrAmbiguousOutcome, ...:
+// the lease may then be held until its TTL runs out), joined with fn's
+// error if both failed. It returns nil only when fn succeeded and the
+// lease was released. A release by fn itself counts as Run's release:
+// fn may release and return nil. fn's ctx carries the loss as its cause
+// (context.Cause). The goroutine Run starts to watch for loss exits before
+// Run returns.
 func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, fn func(ctx context.Context, h *Handle) error) (err error) {
 	if !c.usable() {
 		return errUnusable("run")
@@ -34,7 +39,13 @@ func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, f
 	// Cleanup must not depend on the caller's ctx, which may be why fn
 	// returned; every backend call is still bounded by OperationTimeout.
 	cleanup := context.WithoutCancel(ctx)
-	defer h.Release(cleanup) //nolint:errcheck // documented: ends at TTL
+	defer func() {
+		rerr := h.Release(cleanup)
+		if rerr == nil || leaseapi.Kind(rerr) == leaseapi.ErrLost {
+			return // released, or ended before: err already says so
+		}
+		err = errors.Join(err, rerr)
+	}()
 
 	m, err := h.StartManaged(ctx)
 	if err != nil {
@@ -55,7 +66,12 @@ func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, f
 				lost = l.Err
 			}
 		case <-h.Done():
-			lost = leaseapi.NewError("run", leaseapi.ErrLost, "lease ended")
+			// The lease ended: a loss, unless fn released it (the loss
+			// channel then closed without a value, and the final view
+			// says Released).
+			if h.s.View().State != leaseapi.StateReleased {
+				lost = leaseapi.NewError("run", leaseapi.ErrLost, "lease ended")
+			}
 		case <-stop:
 		}
 		if lost != nil {

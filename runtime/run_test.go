@@ -138,7 +138,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 
 func TestCloseBoundedByCtxWhenBackendHangs(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		b := setup(t, runtimeOpts())
+		b := closeSetup(t, runtimeOpts()) // this test closes the client itself
 		p := basicPolicy(t)
 		h := mustAcquire(t, b.client, testKey(t, "close-hang"), p)
 		m, err := h.StartManaged(t.Context())
@@ -151,6 +151,9 @@ func TestCloseBoundedByCtxWhenBackendHangs(t *testing.T) {
 		start := time.Now()
 		err = b.client.Close(ctx)
 		wantKind(t, "Close with a hanging backend", err, leaseapi.ErrTimeout)
+		if !errors.Is(err, leaseapi.ErrAmbiguousOutcome) {
+			t.Fatalf("Close with a hanging backend: got %v, want it to say the release was not confirmed (ErrAmbiguousOutcome)", err)
+		}
 		if took := time.Since(start); took != 500*time.Millisecond {
 			t.Fatalf("Close took %v, want the ctx's 500ms", took)
 		}
@@ -202,7 +205,7 @@ func TestUnblocking(t *testing.T) {
 		})
 		t.Run(m.name+"/client closed while the actor is busy", func(t *testing.T) {
 			simtest.Simulate(t, func(t *testing.T) {
-				b := setup(t, runtimeOpts())
+				b := closeSetup(t, runtimeOpts()) // closed below, its release hangs
 				p := basicPolicy(t)
 				h := mustAcquire(t, b.client, testKey(t, "unblock"), p)
 				b.faulty.SetMode(simtest.Blackhole)

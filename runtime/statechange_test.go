@@ -154,7 +154,8 @@ func TestStateChangeEvents(t *testing.T) {
 		}, runtime.LossUnavailable},
 		{"client closed with the backend down", func(t *testing.T, b *bundle, h *runtime.Handle, p leaseapi.Policy) {
 			b.faulty.SetMode(simtest.Down)
-			_ = b.client.Close(t.Context())
+			wantKind(t, "Close with the backend down", b.client.Close(t.Context()), leaseapi.ErrBackendUnavailable)
+			b.closeFailed = true
 		}, []runtime.StateChange{change(active, lost, leaseapi.ErrLost)}, runtime.LossClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

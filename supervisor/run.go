@@ -165,6 +165,9 @@ func (s *Supervisor) exit() {
 		s.publish()
 	}
 	s.timer.Stop()
+	if s.cfg.Held != nil {
+		s.cfg.Held.Leave()
+	}
 	s.inbox.Close() // closes done: Done() is the inbox's closed channel
 	final := s.st.view.State
 	s.inbox.Drain(func(c call) {

@@ -90,6 +90,11 @@ type Config struct {
 	CloseContext func() context.Context
 	// Managed bounds managed renewal; nil means unbounded.
 	Managed Gate
+	// Held, if set, is the bound on held leases whose slot the owner took
+	// for this supervisor before Start: the supervisor gives it back (Leave)
+	// once as it exits, before Done is closed, so that a slot is free again
+	// by the time Done says the lease has ended.
+	Held Gate
 	// OnExit, if set, is called once from the supervisor goroutine after
 	// the final view is published and Done is closed.
 	OnExit func(*Supervisor)
