@@ -1,0 +1,136 @@
+package supervisor_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasekit/lease/backend/memory"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/simtest"
+	"github.com/leasekit/lease/supervisor"
+)
+
+// changes records the state changes a supervisor reports.
+type changes struct {
+	mu   sync.Mutex
+	seen []supervisor.StateChange
+}
+
+func (c *changes) record(sc supervisor.StateChange) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen = append(c.seen, sc)
+}
+
+func (c *changes) get() []supervisor.StateChange {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]supervisor.StateChange(nil), c.seen...)
+}
+
+// start acquires key on f and starts its supervisor with the hook.
+func start(t *testing.T, f *simtest.Faulty, life context.Context, rec *changes) (*supervisor.Supervisor, leaseapi.Policy) {
+	t.Helper()
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, RenewEvery: 3 * time.Second, OperationTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	g, err := f.TryAcquire(t.Context(), leaseapi.MustKey("sup", "hook"), "owner-1", p.TTL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := (&supervisor.Config{Backend: f, Clock: clock.New(), Life: life, OnStateChange: rec.record}).Defaults()
+	return supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: sent, RecvAt: time.Now()}), p
+}
+
+// TestStateChangeHook: every state change is reported once, on the actor,
+// after the view is published and before the reply: From, To, the cause
+// and the token, at the local instant of the step.
+func TestStateChangeHook(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := simtest.NewFaulty(store)
+		rec := &changes{}
+		s, _ := start(t, f, context.Background(), rec)
+		token := s.View().Record.Token
+
+		f.Inject(leaseapi.OperationRenew, simtest.LoseReply)
+		if err := s.Renew(t.Context()); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
+			t.Fatalf("renew with a lost reply: got %v, want ErrAmbiguousOutcome", err)
+		}
+		// The hook ran before the reply: the change is there already.
+		if got := rec.get(); len(got) != 1 {
+			t.Fatalf("changes after the ambiguous renew: got %d, want 1", len(got))
+		}
+		if err := s.Validate(t.Context()); err != nil {
+			t.Fatalf("validate: %v", err)
+		}
+		if err := s.Validate(t.Context()); err != nil { // no change: not reported
+			t.Fatalf("validate: %v", err)
+		}
+		at := time.Now()
+		if err := s.Release(t.Context()); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+		<-s.Done()
+		A, U, R := leaseapi.StateActive, leaseapi.StateUncertain, leaseapi.StateReleased
+		want := []struct {
+			from, to leaseapi.State
+			cause    error
+		}{{A, U, leaseapi.ErrAmbiguousOutcome}, {U, A, nil}, {A, R, nil}}
+		got := rec.get()
+		if len(got) != len(want) {
+			t.Fatalf("changes: got %+v, want %d of them", got, len(want))
+		}
+		for i, w := range want {
+			g := got[i]
+			if g.From != w.from || g.To != w.to || leaseapi.Kind(g.Cause) != w.cause || g.Token != token {
+				t.Errorf("change %d: got {%v → %v, cause %v, token %d}, want {%v → %v, cause kind %v, token %d}", i, g.From, g.To, g.Cause, g.Token, w.from, w.to, w.cause, token)
+			}
+		}
+		if !got[2].At.Equal(at) {
+			t.Errorf("release change at: got %v, want %v (the step's instant)", got[2].At, at)
+		}
+	})
+}
+
+// TestStateChangeHookOnExpiryAndClose: the deadline and the client's
+// close are state changes like the others.
+func TestStateChangeHookOnExpiryAndClose(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := simtest.NewFaulty(store)
+
+		expiring := &changes{}
+		s, p := start(t, f, context.Background(), expiring)
+		simtest.Advance(p.TTL())
+		<-s.Done()
+		if got := expiring.get(); len(got) != 1 || got[0].To != leaseapi.StateExpired || leaseapi.Kind(got[0].Cause) != leaseapi.ErrLost {
+			t.Fatalf("expiry: got %+v, want one change to expired with an ErrLost cause", got)
+		}
+
+		closing := &changes{}
+		life, cancel := context.WithCancel(context.Background())
+		s, _ = start(t, f, life, closing)
+		f.Inject(leaseapi.OperationRelease, simtest.LoseReply)
+		cancel()
+		<-s.Done()
+		if got := closing.get(); len(got) != 1 || got[0].To != leaseapi.StateLost {
+			t.Fatalf("close with an unconfirmed release: got %+v, want one change to lost", got)
+		}
+		if leaseapi.Kind(s.CloseErr()) != leaseapi.ErrAmbiguousOutcome {
+			t.Fatalf("CloseErr: got %v, want ErrAmbiguousOutcome", s.CloseErr())
+		}
+	})
+}
