@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -182,15 +181,13 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		}
 		resolved = true
 	}
-	if mutant.On(mutant.DeadlineFromReply) || mutant.On(mutant.AdoptAtResolveTime) && resolved {
-		sentAt = c.clk.Now()
-	}
+	sentAt = grantAnchor(c.clk, sentAt, resolved)
 	if rec.Key != key || rec.Owner != owner || rec.Token == 0 || !rec.ExpiresAt.After(rec.AcquiredAt) {
 		// A backend that answers for another grant is broken: fail closed.
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "backend returned another grant")
 	}
-	if !c.marks.admit(key, rec.Token) && !mutant.On(mutant.NoWatermark) {
+	if !c.admitToken(key, rec.Token) {
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrFencingRegression, "token not above one already granted")
 	}

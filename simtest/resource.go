@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -33,7 +32,7 @@ func NewResource(name string, hist *History) *Resource {
 // local time, for the history.
 func (r *Resource) Write(owner string, token leaseapi.Token, value string, at time.Time) error {
 	r.mu.Lock()
-	ok := token > r.high || (token == r.high && (owner == r.highOwner || r.high == 0)) || mutant.On(mutant.NoFence)
+	ok := r.admits(owner, token)
 	if ok {
 		r.high, r.highOwner, r.value = token, owner, value
 		r.accepted++

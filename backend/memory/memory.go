@@ -28,7 +28,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasekit/lease/internal/mutant"
 	"github.com/leasekit/lease/internal/watchhub"
 	"github.com/leasekit/lease/leaseapi"
 )
@@ -153,7 +152,7 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	defer s.mu.Unlock()
 	now := s.clk.Now()
 	e := s.keys[rec.Key]
-	if e == nil || !e.matches(rec) && !mutant.On(mutant.RenewWithoutOwnerCheck) || !e.live(now) {
+	if e == nil || !e.renewable(rec) || !e.live(now) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	e.acquiredAt, e.expiresAt = now, now.Add(ttl)

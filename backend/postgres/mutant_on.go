@@ -1,3 +1,5 @@
+//go:build leasemutant
+
 package postgres
 
 import (
@@ -6,9 +8,10 @@ import (
 	"github.com/leasekit/lease/internal/mutant"
 )
 
-// mutated applies the pg-now mutant of internal/mutant: every statement
-// reads now(), the start of its transaction, instead of clock_timestamp().
-// In a normal build it returns st unchanged.
+// mutated applies the pg-now mutant of internal/mutant when LEASE_MUTANT
+// selects it: every statement reads now(), the start of its transaction,
+// instead of clock_timestamp(). This file is built only with the
+// leasemutant tag; mutant_off.go is the normal build's.
 func (st statements) mutated() statements {
 	if !mutant.On(mutant.PostgresNow) {
 		return st

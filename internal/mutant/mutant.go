@@ -1,11 +1,12 @@
 // Package mutant names the deliberately broken variants of lease that the
 // safety suite must catch ("a checker that cannot fail proves nothing").
 //
-// In a normal build [On] is a constant false and every mutant branch is
-// dead code the compiler removes. Built with the tag leasemutant, On(name)
-// is true for the one mutant named by the environment variable
-// LEASE_MUTANT, so a test can run the same scenarios against a broken
-// library and expect them to fail:
+// No production code path tests a mutant. Each mutant lives in a file
+// built only with the tag leasemutant (named *_mutant.go or mutant_on.go)
+// that replaces one whole function of the normal build's file (built with
+// !leasemutant); [On], which exists only in that build, is true for the
+// one mutant named by the environment variable LEASE_MUTANT, so a test can
+// run the same scenarios against a broken library and expect them to fail:
 //
 //	LEASE_MUTANT=deadline-from-reply go test -tags leasemutant ./safety
 package mutant
