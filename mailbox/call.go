@@ -16,7 +16,7 @@ import (
 // its ctx end either knows nothing was done or waits for the reply of what
 // is being done — never "canceled" while the actor acts.
 //
-// The reply channel has buffer 1, so the actor replies without blocking
+// The reply signal has buffer 1, so the actor replies without blocking
 // even if the caller has gone: a departed caller can never stall the actor.
 type Call[Q, R any] struct {
 	// Req is the request.
@@ -26,22 +26,28 @@ type Call[Q, R any] struct {
 
 // exchange is what a caller and the actor share for one call.
 type exchange[R any] struct {
-	// state moves once, from pending to taken (by the actor) or to
-	// withdrawn (by the caller).
+	// state moves from pending to taken (by the actor) or to withdrawn (by
+	// the caller), and from taken to replied (by the actor's first Reply).
 	state atomic.Uint32
-	// reply receives at most one reply, sent by the actor; never closed.
-	reply chan R
+	// r is the reply: written once by the actor before it signals done,
+	// read by the caller only after receiving from done.
+	r R
+	// done receives one value, sent by the actor after writing r; buffer 1
+	// so the actor never blocks. Never closed. Its element carries no data
+	// (the reply is r), which keeps a call to two small allocations.
+	done chan struct{}
 }
 
 const (
 	pending uint32 = iota
 	taken
 	withdrawn
+	replied
 )
 
 // NewCall returns a pending Call for req with a fresh reply channel.
 func NewCall[Q, R any](req Q) Call[Q, R] {
-	x := &exchange[R]{reply: make(chan R, 1)}
+	x := &exchange[R]{done: make(chan struct{}, 1)}
 	return Call[Q, R]{Req: req, x: x}
 }
 
@@ -51,13 +57,15 @@ func NewCall[Q, R any](req Q) Call[Q, R] {
 // for the reply whatever its ctx does, so the actor must reply.
 func (c Call[Q, R]) Take() bool { return c.x.state.CompareAndSwap(pending, taken) }
 
-// Reply delivers r to the caller without blocking. Only the first reply is
-// kept; later ones are dropped.
+// Reply delivers r to the caller without blocking. Only the first reply to
+// a taken call is kept; later ones, and replies to a call that was never
+// taken, are dropped. Only the actor may call it.
 func (c Call[Q, R]) Reply(r R) {
-	select {
-	case c.x.reply <- r:
-	default:
+	if !c.x.state.CompareAndSwap(taken, replied) {
+		return
 	}
+	c.x.r = r
+	c.x.done <- struct{}{}
 }
 
 // Wait returns the reply. If ctx ends first and the actor has not taken
@@ -67,8 +75,8 @@ func (c Call[Q, R]) Reply(r R) {
 // [ErrClosed] if done (the actor's exit channel) closes without a reply.
 func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
 	select {
-	case r := <-c.x.reply:
-		return r, nil
+	case <-c.x.done:
+		return c.x.r, nil
 	case <-ctx.Done():
 		if c.x.state.CompareAndSwap(pending, withdrawn) {
 			var zero R
@@ -76,8 +84,8 @@ func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
 		}
 		// Taken: the actor is acting on it and will reply.
 		select {
-		case r := <-c.x.reply:
-			return r, nil
+		case <-c.x.done:
+			return c.x.r, nil
 		case <-done:
 			return c.afterExit()
 		}
@@ -90,8 +98,8 @@ func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
 // sent just before, else ErrClosed.
 func (c Call[Q, R]) afterExit() (R, error) {
 	select {
-	case r := <-c.x.reply:
-		return r, nil
+	case <-c.x.done:
+		return c.x.r, nil
 	default:
 		var zero R
 		return zero, ErrClosed

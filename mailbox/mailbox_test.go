@@ -131,6 +131,9 @@ func TestRequestReply(t *testing.T) {
 		go func() {
 			defer close(done)
 			c := <-m.Receive()
+			if !c.Take() {
+				t.Error("Take: got false, want true")
+			}
 			c.Reply(c.Req * 2)
 			c.Reply(0) // a second reply is dropped, never blocks
 		}()
@@ -200,6 +203,7 @@ func TestRequestAfterActorExit(t *testing.T) {
 
 func TestReplyBeforeExitIsDelivered(t *testing.T) {
 	c := NewCall[int, int](1)
+	c.Take()
 	c.Reply(7)
 	done := make(chan struct{})
 	close(done)
@@ -279,6 +283,18 @@ func TestDoneContextSendsNothing(t *testing.T) {
 	case <-m.Receive():
 		t.Fatal("a Request with a done ctx was queued")
 	default:
+	}
+}
+
+// TestReplyWithoutTakeIsDropped: the actor replies only to calls it has
+// taken; a reply to a pending call never reaches the caller.
+func TestReplyWithoutTakeIsDropped(t *testing.T) {
+	c := NewCall[int, int](1)
+	c.Reply(7)
+	done := make(chan struct{})
+	close(done)
+	if _, err := c.Wait(context.Background(), done); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait after a reply to an untaken call: got %v, want ErrClosed", err)
 	}
 }
 
