@@ -8,38 +8,17 @@ import (
 )
 
 // run is the actor loop: one select over the inbox, the timer and the
-// client's close, each input turned into an event for step, and the
+// client's close (next), each input turned into an event for step, and the
 // effects carried out. It is the only writer of s.view. A backend call
 // runs here, on the actor (see doc.go for why): while it runs nothing else
 // is received, and its outcome is the next event.
 func (s *Supervisor) run() {
 	defer s.exit()
-	s.timer = newTimer(s.cfg.Clock, s.cfg.WallClock, max(s.cfg.Clock.Until(s.st.wakeAt()), 0))
 	s.armed = s.st.wakeAt()
-	closing := s.cfg.Life.Done()
 	for {
-		var (
-			ev  = event{kind: evClose}
-			cur call // the request being served, if ev is one
-		)
-		// Close takes priority over queued work, so that no request queued
-		// behind it reaches the backend with a canceled context.
-		select {
-		case <-closing:
-		default:
-			select {
-			case cur = <-s.inbox.Receive():
-				if !cur.Take() {
-					continue // withdrawn by its caller: never acted on
-				}
-				ev = event{kind: evRequest, req: cur.Req}
-				if cur.Req == reqStartManaged {
-					ev.slot = s.cfg.Managed == nil || s.cfg.Managed.Enter()
-				}
-			case <-s.timer.C():
-				ev = event{kind: evTimer}
-			case <-closing:
-			}
+		ev, cur, ok := s.next()
+		if !ok {
+			continue // withdrawn by its caller: never acted on
 		}
 		ev.at = s.cfg.Clock.Now()
 		for {
@@ -57,6 +36,54 @@ func (s *Supervisor) run() {
 			s.reportCall(e.call.op, &ev.out, ev.at)
 		}
 	}
+}
+
+// next waits for the next input and returns it as an event (at unset),
+// with the call it came with, if any. ok is false for a request its caller
+// withdrew: there is nothing to do.
+//
+// Close takes priority over queued work, so that no request queued behind
+// it reaches the backend with a canceled context: a non-blocking look at
+// the close arm comes first. The timer is made at the first wait rather
+// than when the lease starts, so that a request already queued by then (a
+// release right after the acquisition) is served without ever making one.
+func (s *Supervisor) next() (ev event, cur call, ok bool) {
+	closing := s.cfg.Life.Done()
+	select {
+	case <-closing:
+		return event{kind: evClose}, cur, true
+	default:
+	}
+	if s.timer == (timer{}) {
+		select {
+		case cur = <-s.inbox.Receive():
+			return s.request(cur)
+		default:
+		}
+		s.timer = newTimer(s.cfg.Clock, s.cfg.WallClock, max(s.cfg.Clock.Until(s.armed), 0))
+	}
+	select {
+	case cur = <-s.inbox.Receive():
+		return s.request(cur)
+	case <-s.timer.C():
+		return event{kind: evTimer}, cur, true
+	case <-closing:
+		return event{kind: evClose}, cur, true
+	}
+}
+
+// request claims c and turns it into an event; false if it was withdrawn.
+// A StartManaged takes its Gate slot here, before the step (which gives
+// it back if it refuses).
+func (s *Supervisor) request(c call) (event, call, bool) {
+	if !c.Take() {
+		return event{}, c, false
+	}
+	ev := event{kind: evRequest, req: c.Req}
+	if c.Req == reqStartManaged {
+		ev.slot = s.cfg.Managed == nil || s.cfg.Managed.Enter()
+	}
+	return ev, c, true
 }
 
 // apply carries out a step's effects other than the call, the exit and
@@ -90,13 +117,16 @@ func (s *Supervisor) apply(e *effects, cur call, at time.Time) {
 	}
 }
 
-// arm points the timer at instant at, unless it already is.
+// arm points the timer at instant at, unless it already is (before the
+// timer is made, next makes it at s.armed).
 func (s *Supervisor) arm(at time.Time) {
 	if at.Equal(s.armed) {
 		return
 	}
 	s.armed = at
-	s.timer.Reset(max(s.cfg.Clock.Until(at), 0))
+	if s.timer != (timer{}) {
+		s.timer.Reset(max(s.cfg.Clock.Until(at), 0))
+	}
 }
 
 // perform makes backend call c for the lease and returns its outcome. The
@@ -164,7 +194,9 @@ func (s *Supervisor) exit() {
 		}
 		s.publish()
 	}
-	s.timer.Stop()
+	if s.timer != (timer{}) {
+		s.timer.Stop()
+	}
 	if s.cfg.Held != nil {
 		s.cfg.Held.Leave()
 	}

@@ -160,8 +160,8 @@ type Supervisor struct {
 
 	// Actor-owned state below: touched only by the run goroutine.
 	st    core
-	timer timer     // armed at core.wakeAt
-	armed time.Time // the instant timer is armed at
+	timer timer     // armed at core.wakeAt; zero until the first wait
+	armed time.Time // the instant timer is (or, before it is made, will be) armed at
 	// loss carries the managed lease's Loss: buffer 1, at most one value,
 	// sent and closed by the actor; the runtime's Managed receives.
 	loss chan Loss
