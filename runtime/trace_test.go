@@ -130,3 +130,81 @@ func TestTracersCombines(t *testing.T) {
 		t.Fatalf("combined: got span %+v, %d and %d events, want b's span under a's and 2 events each", sp, len(a.events), len(b.events))
 	}
 }
+
+// strTracer renders every trace call as text, for the redaction test.
+type strTracer struct {
+	mu  sync.Mutex
+	out []string
+}
+
+func (s *strTracer) TraceStart(ctx context.Context, st runtime.TraceStart) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out = append(s.out, fmt.Sprintf("%v %s %d", st.Op, st.KeyHash, st.Token))
+	return ctx
+}
+
+func (s *strTracer) TraceEnd(ctx context.Context, e runtime.TraceEnd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	msg := ""
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	s.out = append(s.out, fmt.Sprintf("%v %s %d %v %s", e.Op, e.KeyHash, e.Token, e.State, msg))
+}
+
+// TestTelemetryIsRedacted: no state change, trace call (error text
+// included) or metric label names the key, its namespace or the owner id,
+// through failures of every kind.
+func TestTelemetryIsRedacted(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		const secretName, secretNS = "payroll-secret-key", "tenant-secret"
+		var log changeLog
+		tr := &strTracer{}
+		o := runtimeOpts()
+		o.OnStateChange, o.Tracer = log.hook, tr
+		b := setup(t, o)
+		p := basicPolicy(t)
+		k := leaseapi.MustKey(secretNS, secretName)
+		h := mustAcquire(t, b.client, k, p)
+		_, _ = b.client.TryAcquire(t.Context(), k, p)
+		b.faulty.Inject(leaseapi.OperationRenew, simtest.LoseReply, simtest.FailBeforeSend, simtest.Stale)
+		_ = h.Renew(t.Context())
+		_ = h.Renew(t.Context())
+		_ = h.Validate(t.Context())
+		_ = h.Renew(t.Context())
+		_ = h.Release(t.Context())
+		_ = b.client.Run(t.Context(), k, p, func(ctx context.Context, h *runtime.Handle) error { return nil })
+		var texts []string
+		for _, sc := range log.take() {
+			texts = append(texts, sc.String()+" "+sc.KeyHash)
+		}
+		tr.mu.Lock()
+		texts = append(texts, tr.out...)
+		tr.mu.Unlock()
+		m := b.client.Metrics()
+		for _, h := range m.BackendCalls {
+			texts = append(texts, h.Operation.String()+" "+h.Outcome.String())
+		}
+		for _, h := range m.Acquisitions {
+			texts = append(texts, h.Outcome.String())
+		}
+		for _, c := range append(m.Renewals, m.Releases...) {
+			texts = append(texts, c.Outcome.String())
+		}
+		for _, l := range m.Losses {
+			texts = append(texts, l.Cause.String())
+		}
+		if len(texts) < 20 {
+			t.Fatalf("only %d telemetry texts: %q", len(texts), texts)
+		}
+		for _, s := range texts {
+			for _, secret := range []string{secretName, secretNS, h.Owner()} {
+				if containsFold(s, secret) {
+					t.Fatalf("telemetry %q reveals %q", s, secret)
+				}
+			}
+		}
+	})
+}
