@@ -22,6 +22,14 @@ var updateREADME = flag.Bool("update-readme", false, "rewrite README.md's exampl
 // its body, without the // Output: comment).
 var readmeBlock = regexp.MustCompile("(?s)<!-- example: (\\w+) -->\n```go\n(.*?)```\n")
 
+// readmeBody is a marker naming a test file (relative to the module root,
+// possibly in a nested module) and an Example function in it, followed by a
+// fenced Go block: the block must be that function's body, one tab of
+// indentation removed, without the // Output: comment. It is for snippets
+// that are not whole programs (the OpenTelemetry module's, which this
+// module cannot import).
+var readmeBody = regexp.MustCompile("(?s)<!-- example-body: (\\S+) (\\w+) -->\n```go\n(.*?)```\n")
+
 // TestREADMESnippets fails when README.md drifts from the compiled
 // examples: every Go block in the README must be marked, and every marked
 // block must equal the program built from its Example function. Run
@@ -52,8 +60,8 @@ func TestREADMESnippets(t *testing.T) {
 			t.Errorf("README.md does not contain %q", want)
 		}
 	}
-	if n, marked := bytes.Count(readme, []byte("```go\n")), len(readmeBlock.FindAll(readme, -1)); n != marked {
-		t.Errorf("README.md has %d Go blocks but only %d are marked with <!-- example: Name -->", n, marked)
+	if n, marked := bytes.Count(readme, []byte("```go\n")), len(readmeBlock.FindAll(readme, -1))+len(readmeBody.FindAll(readme, -1)); n != marked {
+		t.Errorf("README.md has %d Go blocks but only %d are marked with <!-- example: Name --> or <!-- example-body: file Name -->", n, marked)
 	}
 	seen := map[string]bool{}
 	out := readmeBlock.ReplaceAllFunc(readme, func(m []byte) []byte {
@@ -70,6 +78,19 @@ func TestREADMESnippets(t *testing.T) {
 		}
 		return []byte("<!-- example: " + name + " -->\n```go\n" + want + "```\n")
 	})
+	out = readmeBody.ReplaceAllFunc(out, func(m []byte) []byte {
+		sub := readmeBody.FindSubmatch(m)
+		path, name, got := string(sub[1]), string(sub[2]), string(sub[3])
+		want, err := exampleBody(path, name)
+		if err != nil {
+			t.Errorf("README block %s %s: %v", path, name, err)
+			return m
+		}
+		if got != want && !*updateREADME {
+			t.Errorf("README block %s %s differs from that function's body; run go test -run TestREADMESnippets -update-readme . and review the diff. Want:\n%s", path, name, want)
+		}
+		return []byte("<!-- example-body: " + path + " " + name + " -->\n```go\n" + want + "```\n")
+	})
 	for _, name := range []string{"Example", "Example_valkey", "Example_postgres", "Example_leaderElection", "Example_scheduledJob"} {
 		if !seen[name] {
 			t.Errorf("README.md has no block for %s", name)
@@ -80,6 +101,39 @@ func TestREADMESnippets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// exampleBody returns the body of function name in the Go file at path,
+// without its braces, one tab of indentation and its // Output: comment.
+func exampleBody(path, name string) (string, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, path, src, parser.ParseComments)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range file.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != name || fn.Recv != nil {
+			continue
+		}
+		body := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+		if i := strings.Index(body, "\t// Output:"); i >= 0 {
+			body = body[:i]
+		}
+		var b strings.Builder
+		for _, line := range strings.Split(strings.TrimPrefix(body, "\n"), "\n") {
+			if line != "" || b.Len() > 0 {
+				b.WriteString(strings.TrimPrefix(line, "\t"))
+				b.WriteString("\n")
+			}
+		}
+		return strings.TrimRight(b.String(), "\n") + "\n", nil
+	}
+	return "", errorString("no function " + name + " in " + path)
 }
 
 // exampleProgram renders the Example function name of file as a complete,
