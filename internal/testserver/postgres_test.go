@@ -80,11 +80,18 @@ func TestPostgresPrivate(t *testing.T) {
 	if got := queryString(t, conn, "SELECT current_user || '/' || current_database()"); got != "postgres/test" {
 		t.Errorf("user/database = %q; want postgres/test", got)
 	}
+	dataDir := queryString(t, conn, "SHOW data_directory")
 	conn.Close(context.Background())
 	stop()
 	stop() // idempotent
-	if _, err := connect(t, url, time.Second); err == nil {
-		t.Fatal("connect after stop succeeded")
+	// The port is free now, and another test binary's server may take it:
+	// what must not answer there is this server.
+	if conn, err := connect(t, url, time.Second); err == nil {
+		got := queryString(t, conn, "SHOW data_directory")
+		conn.Close(context.Background())
+		if got == dataDir {
+			t.Fatal("the server still answers after stop")
+		}
 	}
 }
 

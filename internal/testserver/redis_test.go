@@ -3,6 +3,8 @@ package testserver
 import (
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,10 +34,25 @@ func TestRedisPrivate(t *testing.T) {
 	if got, err := redisDo(addr, 5*time.Second, "GET", "k"); err != nil || got != "v" {
 		t.Fatalf("GET = %q, %v; want v", got, err)
 	}
+	info, err := redisDo(addr, 5*time.Second, "INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no process_id in INFO server: %q", info)
+	}
 	stop()
 	stop() // idempotent
-	if _, err := redisDo(addr, time.Second, "PING"); err == nil {
-		t.Fatal("PING after stop succeeded")
+	// The port is free now, and another test binary's server may take it:
+	// what must not answer there is this server.
+	if err := redisIsOurs(addr, pid); err == nil {
+		t.Fatal("the server still answers after stop")
 	}
 }
 
