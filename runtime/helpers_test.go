@@ -35,7 +35,7 @@ func setup(t *testing.T, o runtime.ClientOptions) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-b := &bundle{store: store, faulty: f, client: c}
+	b := &bundle{store: store, faulty: f, client: c}
 	t.Cleanup(func() {
 		if err := c.Close(context.Background()); err != nil && !b.closeFailed {
 			t.Errorf("Close: %v", err)
