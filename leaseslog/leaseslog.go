@@ -4,9 +4,9 @@
 // flag what needs a look (a lease gone Uncertain, lost or expired).
 //
 //	l := leaseslog.New(slog.Default())
-//	c, err := runtime.NewClient(store, runtime.ClientOptions{
+//	c, err := lease.NewClient(store, lease.ClientOptions{
 //		OnStateChange: l.StateChange,
-//		Tracer:        l, // or runtime.Tracers(l, otherTracer)
+//		Tracer:        l, // or lease.Tracers(l, otherTracer)
 //	})
 //
 // Log records carry only what the library's telemetry carries: the key's

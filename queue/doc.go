@@ -3,7 +3,7 @@
 //
 //	w, _ := queue.New(client, source, queue.Options{
 //		Concurrency: 8, Policy: policy,
-//		Handler: func(ctx context.Context, it queue.Item, token leaseapi.Token) error {
+//		Handler: func(ctx context.Context, it queue.Item, token lease.Token) error {
 //			return store.Apply(ctx, token, it.Payload) // fenced by token
 //		},
 //	})

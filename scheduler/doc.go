@@ -6,7 +6,7 @@
 //	_ = s.Add(scheduler.Job{
 //		Name: "report", Schedule: scheduler.Every(time.Hour),
 //		Mode: scheduler.OnOneServer, Policy: policy,
-//		Run: func(ctx context.Context, token leaseapi.Token) error { ... },
+//		Run: func(ctx context.Context, token lease.Token) error { ... },
 //	})
 //	_ = s.Start(ctx)
 //	defer s.Stop(ctx)
