@@ -97,7 +97,8 @@ func OutcomeOf(err error) Outcome {
 }
 
 // Event reports one backend call. It carries no key, owner id or error
-// text: KeyHash is a keyed hash of the key, stable for one observed backend.
+// text: KeyHash is a keyed hash of the key, stable for one observed backend
+// (or, with a shared hash key, across a fleet).
 type Event struct {
 	// At is the local clock reading when the call returned.
 	At        time.Time
@@ -115,10 +116,12 @@ func (e Event) String() string {
 	return e.Operation.String() + " " + e.Outcome.String() + " key=" + e.KeyHash + " in " + e.Duration.String()
 }
 
-// Observer receives events. Observe runs on the goroutine that made the
-// backend call, outside every lock; an observer that is still busy with one
-// event misses the next ones (they are counted as dropped), so a slow
-// observer never slows a lease down.
+// Observer receives events. Observe never runs on the goroutine that made
+// the backend call: the observed backend hands each event to the observer
+// on a goroutine of its own, outside every lock, and an observer that is
+// still busy with one event misses the next ones (they are counted as
+// dropped), so a slow observer never slows a lease down. A panic in
+// Observe is recovered and counted; the event is dropped.
 type Observer interface {
 	Observe(Event)
 }

@@ -243,7 +243,9 @@ func TestEventsAndErrorsAreRedacted(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		const secretName, secretNS = "payroll-secret-key", "tenant-secret"
 		store, _ := simtestStore(t)
-		var events []leaseapi.Event
+		// Events arrive on the observer's own goroutine: Settle after each
+		// call lets that delivery finish, so none is dropped as busy.
+		var events []leaseapi.Event // appended by one delivery at a time
 		ob, err := runtime.NewObservedBackend(store, nil, leaseapi.ObserverFunc(func(e leaseapi.Event) { events = append(events, e) }))
 		if err != nil {
 			t.Fatal(err)
@@ -256,9 +258,14 @@ func TestEventsAndErrorsAreRedacted(t *testing.T) {
 		p := basicPolicy(t)
 		k := leaseapi.MustKey(secretNS, secretName)
 		h := mustAcquire(t, c, k, p)
+		simtest.Settle()
 		_, err = c.TryAcquire(t.Context(), k, p)
+		simtest.Settle()
 		errs := []error{err}
-		errs = append(errs, h.Release(t.Context()), h.Renew(t.Context()))
+		errs = append(errs, h.Release(t.Context()))
+		simtest.Settle()
+		errs = append(errs, h.Renew(t.Context()))
+		simtest.Settle()
 		for _, err := range errs {
 			if err == nil {
 				continue

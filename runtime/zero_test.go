@@ -22,6 +22,10 @@ func zeroArg(t *testing.T, typ reflect.Type) reflect.Value {
 		return reflect.ValueOf(testKey(t, "zero-value"))
 	case typ == reflect.TypeFor[leaseapi.Policy]():
 		return reflect.ValueOf(basicPolicy(t))
+	case typ == reflect.TypeFor[[]leaseapi.RenewRequest]():
+		return reflect.ValueOf([]leaseapi.RenewRequest{{TTL: time.Second}, {TTL: time.Second}})
+	case typ == reflect.TypeFor[time.Duration]():
+		return reflect.ValueOf(time.Second)
 	case typ.Kind() == reflect.Func:
 		// A callback that would report being called.
 		return reflect.MakeFunc(typ, func([]reflect.Value) []reflect.Value {
@@ -37,8 +41,9 @@ func zeroArg(t *testing.T, typ reflect.Type) reflect.Value {
 }
 
 // TestZeroValuesFailClosed calls every exported method of the zero values
-// and nil pointers of Client, Handle and Managed (found by reflection, so a
-// method added later is covered too): none panics, every error matches
+// and nil pointers of Client, Handle, Managed and ObservedBackend (found by
+// reflection, so a method added later is covered too): none panics, every
+// error matches
 // ErrInvalidState, no state is Active, every channel is closed (nothing to
 // wait for) and no handle or Managed comes back.
 func TestZeroValuesFailClosed(t *testing.T) {
@@ -52,6 +57,8 @@ func TestZeroValuesFailClosed(t *testing.T) {
 		{"zero Handle", &runtime.Handle{}},
 		{"nil *Managed", (*runtime.Managed)(nil)},
 		{"zero Managed", &runtime.Managed{}},
+		{"nil *ObservedBackend", (*runtime.ObservedBackend)(nil)},
+		{"zero ObservedBackend", &runtime.ObservedBackend{}},
 	}
 	errType := reflect.TypeFor[error]()
 	for _, r := range receivers {
@@ -76,6 +83,11 @@ func TestZeroValuesFailClosed(t *testing.T) {
 					out = m.Call(args)
 				}()
 				for _, o := range out {
+					if name == "WatchRelease" && o.Kind() == reflect.Chan {
+						// Documented: a channel that never fires (nil), the
+						// answer of a backend that cannot notify.
+						continue
+					}
 					checkZeroResult(t, r.name+"."+name, o, errType)
 				}
 			})
@@ -114,6 +126,27 @@ func checkZeroResult(t *testing.T, what string, o reflect.Value, errType reflect
 		if !v.IsZero() {
 			t.Fatalf("%s: got %v, want the zero time", what, v)
 		}
+	case leaseapi.Capabilities:
+		if v != (leaseapi.Capabilities{}) {
+			t.Fatalf("%s: got %+v, want no claims", what, v)
+		}
+	case leaseapi.Backend:
+		if v != nil {
+			t.Fatalf("%s: got a backend from a zero value", what)
+		}
+	case []leaseapi.RenewResult:
+		if len(v) != 2 {
+			t.Fatalf("%s: got %d results for 2 requests", what, len(v))
+		}
+		for _, r := range v {
+			wantKind(t, what+" element", r.Err, leaseapi.ErrInvalidState)
+		}
+	case string:
+		if v != "" {
+			t.Fatalf("%s: got %q, want the empty string", what, v)
+		}
+	case func():
+		v() // a stop function must be callable
 	}
 	if o.Type() == errType && o.IsNil() {
 		t.Fatalf("%s: got a nil error, want one matching ErrInvalidState", what)
