@@ -151,15 +151,32 @@ func FuzzNewPolicy(f *testing.F) {
 			Wait: time.Duration(wait), Retry: time.Duration(retry), Jitter: time.Duration(jitter),
 			MaxAttempts: attempts, OperationTimeout: time.Duration(opTimeout), FailureBehavior: leaseapi.FailureBehavior(fb),
 		}
-		p, err := leaseapi.NewPolicy(in)
-		if err != nil {
-			wantInvalid(t, "NewPolicy", err)
-			if p != (leaseapi.Policy{}) {
-				t.Fatalf("a rejected policy is not the zero Policy: %+v", p.Options())
+		// The raw values (mostly out of range) and the same values folded
+		// into the ranges NewPolicy accepts (mostly accepted, near the
+		// bounds), so both sides of every rule are explored.
+		fold := func(v int64, n time.Duration) time.Duration {
+			if v < 0 {
+				v = -(v + 1)
 			}
-			return
+			return time.Duration(v % int64(n+2))
 		}
-		checkPolicy(t, in, p)
+		folded := leaseapi.PolicyOptions{
+			TTL: fold(ttl, leaseapi.MaxTTL), SafetyMargin: fold(margin, time.Duration(max(ttl, 0)%int64(leaseapi.MaxTTL+1))),
+			RenewEvery: fold(renew, leaseapi.MaxTTL), Wait: fold(wait, leaseapi.MaxWait), Retry: fold(retry, leaseapi.MaxWait),
+			Jitter: fold(jitter, leaseapi.MaxWait), MaxAttempts: attempts % (leaseapi.MaxAttempts + 2),
+			OperationTimeout: fold(opTimeout, leaseapi.MaxOperationTimeout), FailureBehavior: leaseapi.FailureBehavior(fb % 3),
+		}
+		for _, in := range []leaseapi.PolicyOptions{in, folded} {
+			p, err := leaseapi.NewPolicy(in)
+			if err != nil {
+				wantInvalid(t, "NewPolicy", err)
+				if p != (leaseapi.Policy{}) {
+					t.Fatalf("a rejected policy is not the zero Policy: %+v", p.Options())
+				}
+				continue
+			}
+			checkPolicy(t, in, p)
+		}
 	})
 }
 
