@@ -60,7 +60,7 @@
 //
 // ns/op is the time of one round and is suppressed; B/op and allocs/op
 // (b.ReportAllocs) are per round, of all layers together. Read the named
-// metrics, where OP is pair, renewal or acq (an acquisition):
+// metrics, where OP is pair, renewal, release or acq (an acquisition):
 //
 //   - LAYER-pairs/s, -renewals/s, -acq/s: the layer's rate over its slices.
 //   - LAYER-client-us/OP: this process's user+system CPU (getrusage) per
@@ -79,12 +79,15 @@
 //   - seq: LAYER-p50-us, LAYER-mean-us (pair latency); handoff:
 //     LAYER-handoff-p50-us, LAYER-wait-max-ms; managed:
 //     managed-renewals/call (renewals per backend call: the batch size).
-//   - LAYER-errors: operations that failed (reported only when some did;
-//     the first is logged). A failed operation is counted and the workload
+//   - LAYER-failed-OPS (failed-pairs, failed-renewals, ...): operations
+//     that failed (reported only when some did; the first is logged). A failed operation is counted and the workload
 //     goes on, as in the peers harness: on a loaded machine a call can run
 //     out of its OperationTimeout. A layer with more failures than
 //     successes, a fencing violation or two holders at once fail the run.
 //   - A/B: A's rate over B's, in the same run.
+//   - renew also measures its teardown, the 10,000 releases from 64
+//     goroutines: LAYER-releases/s, LAYER-client-us/release, ... and
+//     A/B-releases.
 //   - runtime-client-us/OP, runtime-allocs/OP, runtime-p50-us (seq): what
 //     the runtime adds to a Store call, api minus store (seq, par, renew).
 //

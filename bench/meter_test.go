@@ -261,6 +261,10 @@ func perOp(d time.Duration, ops int64) float64 {
 // report reports one variant's figures; unit names the operation ("pair",
 // "renewal", "acq") and units its plural ("pairs", "renewals", "acq").
 func (t *tally) report(b bench, name, unit, units string) {
+	if e := t.errs.n.Load(); e > 0 {
+		b.ReportMetric(float64(e), name+"-failed-"+units)
+		b.Logf("%s: %d %s failed, the first: %v", name, e, units, t.errs.first.get())
+	}
 	b.ReportMetric(t.rate(), name+"-"+units+"/s")
 	b.ReportMetric(perOp(t.cpu, t.ops), name+"-client-us/"+unit)
 	if t.srvOK {
@@ -289,11 +293,24 @@ func (t *tally) report(b bench, name, unit, units string) {
 	}
 }
 
+// check fails a layer whose operations failed more often than they
+// succeeded: that is a broken layer, not a loaded machine.
+func (t *tally) check(name string) error {
+	if e := t.errs.n.Load(); e > t.ops {
+		return fmt.Errorf("%s: %d of %d operations failed, the first: %w", name, e, e+t.ops, t.errs.first.get())
+	}
+	return nil
+}
+
 // ratio reports num's rate over den's as "num/den".
 func ratio(b bench, tallies map[string]*tally, num, den string) {
+	ratioAs(b, tallies, num, den, num+"/"+den)
+}
+
+func ratioAs(b bench, tallies map[string]*tally, num, den, unit string) {
 	n, d := tallies[num], tallies[den]
 	if n == nil || d == nil || d.rate() == 0 {
 		return
 	}
-	b.ReportMetric(n.rate()/d.rate(), num+"/"+den)
+	b.ReportMetric(n.rate()/d.rate(), unit)
 }

@@ -52,7 +52,7 @@ type variant struct {
 	name  string
 	seq   func(ctx context.Context, names []string, lat []time.Duration, ec *errCount) int64
 	par   func(ctx context.Context, conc int, d time.Duration, base string, ec *errCount) int64
-	renew func(ctx context.Context, m meter, t *tally, conc int, names []string) error
+	renew func(ctx context.Context, m meter, t, rel *tally, conc int, names []string) error
 }
 
 // errCount counts a layer's failed operations and keeps the first error.
@@ -75,8 +75,8 @@ func bindOne[H any, L locker[H]](name string, l L) variant {
 		par: func(ctx context.Context, conc int, d time.Duration, base string, ec *errCount) int64 {
 			return parSlice[H](ctx, l, conc, d, base, ec)
 		},
-		renew: func(ctx context.Context, m meter, t *tally, conc int, names []string) error {
-			return renewSlice[H](ctx, m, t, l, conc, names)
+		renew: func(ctx context.Context, m meter, t, rel *tally, conc int, names []string) error {
+			return renewSlice[H](ctx, m, t, rel, l, conc, names)
 		},
 	}
 }
@@ -193,18 +193,12 @@ func (e *firstError) get() error {
 }
 
 // renewSlice acquires one lease per name (not measured), renews each once
-// from conc goroutines (measured), and releases them all (not measured).
-func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t *tally, l L, conc int, names []string) error {
+// from conc goroutines (measured in t), and releases them all from conc
+// goroutines (measured in rel: the teardown rate the peers harness reports
+// too).
+func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t, rel *tally, l L, conc int, names []string) error {
 	held := make([]H, len(names))
 	got := make([]bool, len(names))
-	defer func() {
-		_ = forEach(len(names), conc, func(i int) error {
-			if got[i] {
-				_ = l.release(ctx, &held[i])
-			}
-			return nil
-		})
-	}()
 	_ = forEach(len(names), conc, func(i int) error {
 		h, err := l.tryAcquire(ctx, names[i])
 		if err != nil {
@@ -214,21 +208,28 @@ func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t *tally, l L,
 		held[i], got[i] = h, true
 		return nil
 	})
-	return m.measure(ctx, t, func() (int64, error) {
-		var ok atomic.Int64
-		_ = forEach(len(names), conc, func(i int) error {
-			if !got[i] {
+	each := func(tl *tally, what string, f func(h *H) error) error {
+		return m.measure(ctx, tl, func() (int64, error) {
+			var ok atomic.Int64
+			_ = forEach(len(names), conc, func(i int) error {
+				if !got[i] {
+					return nil
+				}
+				if err := f(&held[i]); err != nil {
+					tl.errs.add(fmt.Errorf("%s: %w", what, err))
+					return nil
+				}
+				ok.Add(1)
 				return nil
-			}
-			if err := l.renew(ctx, &held[i]); err != nil {
-				t.errs.add(fmt.Errorf("renew: %w", err))
-				return nil
-			}
-			ok.Add(1)
-			return nil
+			})
+			return ok.Load(), nil
 		})
-		return ok.Load(), nil
-	})
+	}
+	err := each(t, "renew", func(h *H) error { return l.renew(ctx, h) })
+	if rerr := each(rel, "release", func(h *H) error { return l.release(ctx, h) }); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // managedSlice acquires one lease per name through a new Client on b
