@@ -25,8 +25,10 @@
 // leads, managed renewal keeps the lease and Run runs with a ctx that is
 // canceled on loss. When the term ends — the lease is lost or expires,
 // Run returns, or Stop is called — Run has returned, renewal is stopped
-// and the lease is released before OnStoppedLeading is called; the
-// candidate then pauses Backoff and campaigns again (unless stopped).
+// and the release has returned before OnStoppedLeading is called (a failed
+// release is reported through OnError, and by Stop when Stop ended the
+// term); the candidate then pauses Backoff and campaigns again (unless
+// stopped).
 //
 // # Guarantees
 //

@@ -83,6 +83,55 @@ func TestFailuresReportedWhileWaiting(t *testing.T) {
 	})
 }
 
+// TestStopReportsAFailedRelease: when the release at the end of the term
+// that Stop ended fails, definitely (ErrBackendUnavailable: the lease is
+// still held) or ambiguously (ErrAmbiguousOutcome: it may be), Stop says
+// so instead of nil (the finding: Stop's doc promised "the lease has been
+// released" and it could not know). A later Stop says it again; OnError
+// hears it too.
+func TestStopReportsAFailedRelease(t *testing.T) {
+	for _, tc := range []struct {
+		fault simtest.Fault
+		want  error
+	}{
+		{simtest.FailBeforeSend, leaseapi.ErrBackendUnavailable},
+		{simtest.LoseReply, leaseapi.ErrAmbiguousOutcome},
+	} {
+		t.Run(tc.want.Error(), func(t *testing.T) {
+			simtest.Simulate(t, func(t *testing.T) {
+				c, f := newClient(t)
+				var reported atomic.Int32
+				s, err := service.New(c, service.Options{Key: leaderKey, Policy: electionPolicy(t),
+					OnError: func(err error) {
+						if leaseapi.Kind(err) == tc.want {
+							reported.Add(1)
+						}
+					},
+					Run: func(ctx context.Context, _ *runtime.Handle) error {
+						<-ctx.Done()
+						f.Inject(leaseapi.OperationRelease, tc.fault)
+						return nil
+					}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				simtest.Advance(time.Second)
+				if _, ok := s.Leading(); !ok {
+					t.Fatal("not leading")
+				}
+				backendtest.WantKind(t, "Stop after a failed release", s.Stop(t.Context()), tc.want)
+				backendtest.WantKind(t, "second Stop", s.Stop(t.Context()), tc.want)
+				if reported.Load() != 1 {
+					t.Fatalf("OnError heard the release failure %d times, want 1", reported.Load())
+				}
+			})
+		})
+	}
+}
+
 // TestStopAfterACleanReleaseIsNil: the counterpart: a release that
 // succeeds makes Stop return nil, and the key is free at once.
 func TestStopAfterACleanReleaseIsNil(t *testing.T) {

@@ -36,8 +36,9 @@ type Options struct {
 	// candidate becomes leader, just before Run, on the campaign goroutine.
 	OnStartedLeading func(token leaseapi.Token)
 	// OnStoppedLeading, if set, is called after a term ends (Run returned,
-	// renewal stopped, the lease released or lost), on the campaign
-	// goroutine, whatever ended it — loss, Run's return or Stop.
+	// renewal stopped, the release returned — successful or not, see
+	// OnError and Stop — or the lease lost), on the campaign goroutine,
+	// whatever ended it — loss, Run's return or Stop.
 	OnStoppedLeading func()
 	// OnError, if set, receives what ended a term (Run's error, a
 	// *PanicError, an ErrLost error, the release's error) and every
@@ -147,7 +148,7 @@ func (s *Singleton) Leading() (leaseapi.Token, bool) {
 // Start starts campaigning on a new goroutine and returns at once (an
 // uber-go/fx OnStart hook). The goroutine exits when Stop is called, after
 // the current term (if any) has ended: Run returned, renewal stopped and
-// the lease released; a goroutine waiting for it exits right after. ctx is
+// the release returned; a goroutine waiting for it exits right after. ctx is
 // only checked: the campaign does not depend on it. A nil ctx, a second
 // Start, a Start while Serve runs, or a Start after Stop is
 // ErrInvalidState; a done ctx is ErrCanceled/ErrTimeout.
@@ -206,13 +207,13 @@ func (s *Singleton) Serve(ctx context.Context) error {
 // Stop stops campaigning for good (an uber-go/fx OnStop hook): it cancels
 // the running term's ctx, waits until Run has returned, renewal has
 // stopped and the release of the lease has returned, and until the
-// campaign loop has exited, whether Start or Serve runs it. When the
-// release failed and runtime.Client.Run reported it, Stop returns the
-// release's error, matching ErrBackendUnavailable (the lease is still
-// held) or ErrAmbiguousOutcome (it may be), and the lease ends at its TTL;
-// otherwise it returns nil. Until Client.Run reports release failures, a
-// nil from Stop does not prove the lease was released: a failed release
-// then shows only as the lease still held until its TTL. ctx bounds the wait:
+// campaign loop has exited, whether Start or Serve runs it. It returns nil
+// only when the lease was released (another candidate can take over at
+// once, not after the TTL) or was not held; when the release failed or
+// could not be confirmed it returns the release's error (as
+// runtime.Client.Run reports it), matching ErrBackendUnavailable (the
+// lease is still held) or ErrAmbiguousOutcome (it may be), and the lease
+// ends at its TTL: Stop never reports a release it could not confirm. ctx bounds the wait:
 // if it ends first Stop returns ErrCanceled/ErrTimeout and the loop keeps
 // winding down (a later Stop waits again). Idempotent (a later Stop
 // returns the same release error); a nil ctx, or a Singleton not built by
