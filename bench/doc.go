@@ -1,10 +1,11 @@
 // Package bench is the project's side-by-side benchmark: in one process,
 // interleaved, the floor (the minimal fenced script or statement per
 // operation, sent bare through valkey-go or pgx), the library's Store
-// called directly, and the public API (runtime.Client and Handle), on
-// Valkey, PostgreSQL and the memory backend. Performance is read as ratios
-// measured in the same minute, never as absolute times: the machine's cores
-// are shared by clients, servers and other tenants.
+// called directly, and the public API (package lease: Client and Handle,
+// which are runtime's), on Valkey, PostgreSQL and the memory backend.
+// Performance is read as ratios measured in the same minute, never as
+// absolute times: the machine's cores are shared by clients, servers and
+// other tenants.
 //
 // The package holds only benchmarks (and a smoke test that runs every
 // workload once at a tiny size); it exports nothing. Run it with

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/memory"
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/backend/valkey"
 	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 // A kit builds one backend's layers for the workloads.
@@ -119,7 +119,7 @@ func valkeyKit(srv valkeyServer) kit {
 				l := &layers{variants: []variant{
 					bindOne[floorValkeyHeld]("floor", newFloorValkey(c, tag+":f:", ttl)),
 					bindOne[leaseapi.Record]("store", newStoreLocker(ss, tag, ttl)),
-					bindOne[*runtime.Handle]("api", api),
+					bindOne[*lease.Handle]("api", api),
 				}}
 				sm, err := newStore(c, tag+"m", &cs)
 				if err != nil {
@@ -183,8 +183,8 @@ func valkeyKit(srv valkeyServer) kit {
 				return []contenders{
 					bindMany[floorValkeyHeld]("floor", floors, false),
 					bindMany[leaseapi.Record]("store", stores, false),
-					bindMany[*runtime.Handle]("api", apis, false),
-					bindMany[*runtime.Handle]("acquire", waits, true),
+					bindMany[*lease.Handle]("api", apis, false),
+					bindMany[*lease.Handle]("acquire", waits, true),
 				}, nil
 			}()
 			if err != nil {
@@ -248,7 +248,7 @@ func postgresKit(srv postgresServer) kit {
 				l := &layers{variants: []variant{
 					bindOne[floorPGHeld]("floor", newFloorPG(p, tag+":f:", ttl)),
 					bindOne[leaseapi.Record]("store", newStoreLocker(ss, tag+"-s", ttl)),
-					bindOne[*runtime.Handle]("api", api),
+					bindOne[*lease.Handle]("api", api),
 				}}
 				sm, err := newStore(p, srv.options(), &cs)
 				if err != nil {
@@ -306,8 +306,8 @@ func postgresKit(srv postgresServer) kit {
 				return []contenders{
 					bindMany[floorPGHeld]("floor", floors, false),
 					bindMany[leaseapi.Record]("store", stores, false),
-					bindMany[*runtime.Handle]("api", apis, false),
-					bindMany[*runtime.Handle]("acquire", waits, true),
+					bindMany[*lease.Handle]("api", apis, false),
+					bindMany[*lease.Handle]("acquire", waits, true),
 				}, nil
 			}()
 			if err != nil {
@@ -339,7 +339,7 @@ func memoryKit() kit {
 			}
 			l := &layers{variants: []variant{
 				bindOne[leaseapi.Record]("store", newStoreLocker(s, tag+"-s", ttl)),
-				bindOne[*runtime.Handle]("api", api),
+				bindOne[*lease.Handle]("api", api),
 			}}
 			n := new(renewCount)
 			if err := managedOn(l, countedMemory{s, n}, n, tag+"-m"); err != nil {
@@ -373,8 +373,8 @@ func memoryKit() kit {
 			}
 			return []contenders{
 				bindMany[leaseapi.Record]("store", stores, false),
-				bindMany[*runtime.Handle]("api", apis, false),
-				bindMany[*runtime.Handle]("acquire", waits, true),
+				bindMany[*lease.Handle]("api", apis, false),
+				bindMany[*lease.Handle]("acquire", waits, true),
 			}, cs.run, nil
 		},
 		cleanup: func(context.Context, string) error { return nil },

@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasekit/lease"
 	"github.com/leasekit/lease/backend/memory"
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/backend/valkey"
 	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
 )
 
 // locker is one way of taking leases (the floor, the Store, the public
@@ -85,69 +85,70 @@ func (l *storeLocker) release(ctx context.Context, h *leaseapi.Record) error {
 
 func (l *storeLocker) token(h *leaseapi.Record) uint64 { return uint64(h.Token) }
 
-// apiLocker is the public API: Client.TryAcquire (or Acquire) and the
-// Handle's Renew and Release, with the policies of the peers harness's
-// lease adapter (built once here, not per call).
+// apiLocker is the public API, package lease (its Client and Handle are
+// runtime's): Client.TryAcquire (or Acquire) and the Handle's Renew and
+// Release, with the policies of the peers harness's lease adapter (built
+// once here, not per call).
 type apiLocker struct {
-	c          *runtime.Client
+	c          *lease.Client
 	ns         string
-	try, waitP leaseapi.Policy
+	try, waitP lease.Policy
 }
 
-func newAPILocker(c *runtime.Client, ns string, ttl time.Duration) (*apiLocker, error) {
-	o := leaseapi.PolicyOptions{TTL: ttl, SafetyMargin: ttl / 10, OperationTimeout: min(time.Second, ttl/4), MaxAttempts: 1}
-	try, err := leaseapi.NewPolicy(o)
+func newAPILocker(c *lease.Client, ns string, ttl time.Duration) (*apiLocker, error) {
+	o := lease.PolicyOptions{TTL: ttl, SafetyMargin: ttl / 10, OperationTimeout: min(time.Second, ttl/4), MaxAttempts: 1}
+	try, err := lease.NewPolicy(o)
 	if err != nil {
 		return nil, err
 	}
-	o.Wait, o.Retry, o.MaxAttempts = leaseapi.MaxWait, 10*time.Millisecond, leaseapi.MaxAttempts
-	w, err := leaseapi.NewPolicy(o)
+	o.Wait, o.Retry, o.MaxAttempts = lease.MaxWait, 10*time.Millisecond, lease.MaxAttempts
+	w, err := lease.NewPolicy(o)
 	if err != nil {
 		return nil, err
 	}
 	return &apiLocker{c: c, ns: ns, try: try, waitP: w}, nil
 }
 
-func (l *apiLocker) get(ctx context.Context, name string, wait bool) (*runtime.Handle, error) {
-	k, err := leaseapi.NewKey(l.ns, name)
+func (l *apiLocker) get(ctx context.Context, name string, wait bool) (*lease.Handle, error) {
+	k, err := lease.NewKey(l.ns, name)
 	if err != nil {
 		return nil, err
 	}
-	var h *runtime.Handle
+	var h *lease.Handle
 	if wait {
 		h, err = l.c.Acquire(ctx, k, l.waitP)
 	} else {
 		h, err = l.c.TryAcquire(ctx, k, l.try)
 	}
-	if errors.Is(err, leaseapi.ErrContended) {
+	if errors.Is(err, lease.ErrContended) {
 		return nil, errBusy
 	}
 	return h, err
 }
 
-func (l *apiLocker) tryAcquire(ctx context.Context, name string) (*runtime.Handle, error) {
+func (l *apiLocker) tryAcquire(ctx context.Context, name string) (*lease.Handle, error) {
 	return l.get(ctx, name, false)
 }
 
-func (l *apiLocker) acquire(ctx context.Context, name string) (*runtime.Handle, error) {
+func (l *apiLocker) acquire(ctx context.Context, name string) (*lease.Handle, error) {
 	return l.get(ctx, name, true)
 }
 
-func (l *apiLocker) renew(ctx context.Context, h **runtime.Handle) error { return (*h).Renew(ctx) }
+func (l *apiLocker) renew(ctx context.Context, h **lease.Handle) error { return (*h).Renew(ctx) }
 
-func (l *apiLocker) release(ctx context.Context, h **runtime.Handle) error {
+func (l *apiLocker) release(ctx context.Context, h **lease.Handle) error {
 	return (*h).Release(ctx)
 }
 
-func (l *apiLocker) token(h **runtime.Handle) uint64 { return uint64((*h).Token()) }
+func (l *apiLocker) token(h **lease.Handle) uint64 { return uint64((*h).Token()) }
 
-// newClient is a runtime Client on b for up to n managed leases.
-func newClient(b leaseapi.Backend, n uint32) (*runtime.Client, error) {
-	return runtime.NewClient(b, runtime.ClientOptions{MaxManaged: max(n, runtime.DefaultMaxManaged)})
+// newClient is a Client on b for up to n managed leases (0: the default).
+func newClient(b lease.Backend, n uint32) (*lease.Client, error) {
+	return lease.NewClient(b, lease.ClientOptions{MaxManaged: n})
 }
 
 // closeClient closes c, bounded.
-func closeClient(c *runtime.Client) {
+func closeClient(c *lease.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = c.Close(ctx)

@@ -10,8 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/leasekit/lease/leaseapi"
-	"github.com/leasekit/lease/runtime"
+	"github.com/leasekit/lease"
 )
 
 // sizes are a workload's parameters. defaultSizes are the benchmark's;
@@ -242,13 +241,13 @@ func renewSlice[H any, L locker[H]](ctx context.Context, m meter, t, rel *tally,
 // expired; how many were uncertain (a renewal without a reply within
 // OperationTimeout: the overload this workload creates on purpose can
 // cause that) is returned.
-func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cnt *renewCount, ns string, sz sizes, names []string) (uncertain int, err error) {
-	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: sz.renewTTL, SafetyMargin: sz.renewTTL / 10,
+func managedSlice(ctx context.Context, m meter, t *tally, b lease.Backend, cnt *renewCount, ns string, sz sizes, names []string) (uncertain int, err error) {
+	p, err := lease.NewPolicy(lease.PolicyOptions{TTL: sz.renewTTL, SafetyMargin: sz.renewTTL / 10,
 		OperationTimeout: sz.renewTTL / 4, MaxAttempts: 1, RenewEvery: time.Millisecond})
 	if err != nil {
 		return 0, err
 	}
-	c, err := newClient(b, runtime.MaxClientManaged)
+	c, err := newClient(b, lease.MaxClientManaged)
 	if err != nil {
 		return 0, err
 	}
@@ -259,12 +258,12 @@ func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cn
 			err = fmt.Errorf("close: %w", cerr)
 		}
 	}()
-	handles := make([]*runtime.Handle, len(names))
+	handles := make([]*lease.Handle, len(names))
 	// Acquire everything first, then start managed renewal on everything:
 	// with renewal always due, acquisitions made meanwhile would queue
 	// behind the renewals.
 	if err := forEach(len(names), sz.conc, func(i int) error {
-		k, err := leaseapi.NewKey(ns, names[i])
+		k, err := lease.NewKey(ns, names[i])
 		if err != nil {
 			return err
 		}
@@ -303,8 +302,8 @@ func managedSlice(ctx context.Context, m meter, t *tally, b leaseapi.Backend, cn
 			continue
 		}
 		switch s := h.State(); s {
-		case leaseapi.StateActive:
-		case leaseapi.StateUncertain:
+		case lease.StateActive:
+		case lease.StateUncertain:
 			uncertain++
 		default:
 			return uncertain, fmt.Errorf("a managed lease is %v after the window", s)
