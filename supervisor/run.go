@@ -7,83 +7,102 @@ import (
 	"github.com/leasekit/lease/leaseapi"
 )
 
-// run is the actor loop: one select over the inbox, the timer and the
-// client's close (next), each input turned into an event for step, and the
-// effects carried out. It is the only writer of s.view. A backend call
-// runs here, on the actor (see doc.go for why): while it runs nothing else
+// run is the actor loop: wait for one input (next), serve it (serve), and
+// exit when the lease is over. It is the only writer of s.view. A backend
+// call runs on the actor (see doc.go for why): while it runs nothing else
 // is received, and its outcome is the next event.
+//
+// The wait and the service are separate functions so that an idle actor,
+// parked in next, has only small frames on its stack: the events and
+// effects live in serve's frame, which is not on the stack while parked,
+// and the runtime can then shrink the stack of an idle lease back down.
 func (s *Supervisor) run() {
 	defer s.exit()
 	s.armed = s.st.wakeAt()
 	for {
-		ev, cur, ok := s.next()
-		if !ok {
+		in := s.next()
+		if in.withdrawn {
 			continue // withdrawn by its caller: never acted on
 		}
-		ev.at = s.cfg.Clock.Now()
-		for {
-			e := step(&s.st, &s.policy, ev)
-			s.apply(&e, cur, ev.at)
-			if e.exit {
-				return
-			}
-			if e.call.op == 0 {
-				s.arm(e.arm)
-				break
-			}
-			ev = event{kind: evOutcome, out: s.perform(e.call)}
-			ev.at = s.cfg.Clock.Now()
-			s.reportCall(e.call.op, &ev.out, ev.at)
+		if s.serve(in) {
+			return
 		}
 	}
 }
 
-// next waits for the next input and returns it as an event (at unset),
-// with the call it came with, if any. ok is false for a request its caller
-// withdrew: there is nothing to do.
+// input is what next received: which arm fired and, for a request, the
+// call it came with.
+type input struct {
+	kind      eventKind // evRequest, evTimer or evClose
+	cur       call      // the request's call (evRequest)
+	slot      bool      // a StartManaged took its Gate slot
+	withdrawn bool      // the request was withdrawn: nothing to do
+}
+
+// serve steps the event of in and carries out the effects, including the
+// backend calls they ask for, each call's outcome being the next event.
+// It reports whether the actor must exit.
+func (s *Supervisor) serve(in input) (exit bool) {
+	ev := event{kind: in.kind, req: in.cur.Req, slot: in.slot, at: s.cfg.Clock.Now()}
+	for {
+		e := step(&s.st, &s.policy, ev)
+		s.apply(&e, in.cur, ev.at)
+		if e.exit {
+			return true
+		}
+		if e.call.op == 0 {
+			s.arm(e.arm)
+			return false
+		}
+		ev = event{kind: evOutcome, out: s.perform(e.call)}
+		ev.at = s.cfg.Clock.Now()
+		s.reportCall(e.call.op, &ev.out, ev.at)
+	}
+}
+
+// next waits for the next input.
 //
 // Close takes priority over queued work, so that no request queued behind
 // it reaches the backend with a canceled context: a non-blocking look at
 // the close arm comes first. The timer is made at the first wait rather
 // than when the lease starts, so that a request already queued by then (a
 // release right after the acquisition) is served without ever making one.
-func (s *Supervisor) next() (ev event, cur call, ok bool) {
+func (s *Supervisor) next() input {
 	closing := s.cfg.Life.Done()
 	select {
 	case <-closing:
-		return event{kind: evClose}, cur, true
+		return input{kind: evClose}
 	default:
 	}
 	if s.timer == (timer{}) {
 		select {
-		case cur = <-s.inbox.Receive():
-			return s.request(cur)
+		case c := <-s.inbox.Receive():
+			return s.request(c)
 		default:
 		}
 		s.timer = newTimer(s.cfg.Clock, s.cfg.WallClock, max(s.cfg.Clock.Until(s.armed), 0))
 	}
 	select {
-	case cur = <-s.inbox.Receive():
-		return s.request(cur)
+	case c := <-s.inbox.Receive():
+		return s.request(c)
 	case <-s.timer.C():
-		return event{kind: evTimer}, cur, true
+		return input{kind: evTimer}
 	case <-closing:
-		return event{kind: evClose}, cur, true
+		return input{kind: evClose}
 	}
 }
 
-// request claims c and turns it into an event; false if it was withdrawn.
-// A StartManaged takes its Gate slot here, before the step (which gives
-// it back if it refuses).
-func (s *Supervisor) request(c call) (event, call, bool) {
+// request claims c; a StartManaged takes its Gate slot here, before the
+// step (which gives it back if it refuses).
+func (s *Supervisor) request(c call) input {
 	if !c.Take() {
-		return event{}, c, false
+		return input{withdrawn: true}
 	}
-	ev := event{kind: evRequest, req: c.Req}
+	in := input{kind: evRequest, cur: c}
 	if c.Req == reqStartManaged {
-		ev.slot = s.cfg.Managed == nil || s.cfg.Managed.Enter()
+		in.slot = s.cfg.Managed == nil || s.cfg.Managed.Enter()
 	}
-	return ev, c, true
+	return in
 }
 
 // apply carries out a step's effects other than the call, the exit and
