@@ -17,8 +17,9 @@ const MinKeyHashSecret = 16
 // encoded. Without the secret a hash cannot be reversed by guessing key
 // names. A KeyHasher is immutable and safe for concurrent use.
 //
-// By default (a nil *KeyHasher in [ClientOptions]) each Client draws its
-// own random secret, so hashes are stable only within that Client. Give
+// By default (a nil *KeyHasher in [ClientOptions] or [ObserveOptions])
+// each Client and each ObservedBackend draws its own random secret, so
+// hashes are stable only within it. Give
 // every process of a deployment a KeyHasher built from one shared secret
 // to follow a lease across the fleet.
 type KeyHasher struct {

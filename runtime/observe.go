@@ -2,10 +2,6 @@ package runtime
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"reflect"
 	"sync/atomic"
 	"time"
@@ -14,10 +10,6 @@ import (
 
 	"github.com/leasekit/lease/leaseapi"
 )
-
-// MinHashKeyBytes is the shortest ObserveOptions.HashKey: a shorter secret
-// would let anyone who sees the hashes confirm guessed key names.
-const MinHashKeyBytes = 16
 
 // ObservedBackend wraps a Backend and reports every call to observers as a
 // [leaseapi.Event]. Build one with [NewObservedBackend] or
@@ -41,11 +33,9 @@ type ObservedBackend struct {
 	b         leaseapi.Backend
 	clk       leaseapi.Clock
 	observers []*observer
-	// hashKey keys the HMAC that turns a key into Event.KeyHash: 32 bytes
-	// from crypto/rand per ObservedBackend unless ObserveOptions.HashKey
-	// sets it, so hashes cannot be reversed by guessing key names without
-	// the secret.
-	hashKey []byte
+	// hasher turns a key into Event.KeyHash: ObserveOptions.KeyHasher, or
+	// one with a random secret per ObservedBackend.
+	hasher *KeyHasher
 }
 
 // observer is one registered Observer with its busy flag: at most one
@@ -61,18 +51,18 @@ type observer struct {
 }
 
 // ObserveOptions configures [NewObservedBackendWith]. The zero value is
-// valid: the real clock and a random hash key.
+// valid: the real clock and a random hash secret.
 type ObserveOptions struct {
 	// Clock times the calls (only its Now is used). Nil is the real clock.
 	Clock leaseapi.Clock
-	// HashKey is the secret that keys Event.KeyHash (HMAC-SHA256). Empty
-	// (the default) draws 32 random bytes per ObservedBackend, so hashes
-	// compare only within it. Set the same secret, at least
-	// MinHashKeyBytes long, on every process of a deployment and the same
-	// lease has the same KeyHash everywhere, so it can be followed across a
-	// fleet. Treat it as a secret: whoever holds it can confirm guesses of
-	// key names from their hashes. The slice is copied.
-	HashKey []byte
+	// KeyHasher makes Event.KeyHash. Nil (the default) draws a random
+	// secret per ObservedBackend, so hashes compare only within it. Give
+	// every process of a deployment a KeyHasher built from one shared
+	// secret ([NewKeyHasher]) and the same lease has the same KeyHash
+	// everywhere, so it can be followed across a fleet; pass the same
+	// KeyHasher in ClientOptions and a handle's state changes carry the
+	// hash its backend events carry.
+	KeyHasher *KeyHasher
 }
 
 // NewObservedBackend returns b wrapped so that each call emits an event to
@@ -81,13 +71,13 @@ type ObserveOptions struct {
 // observer (or a typed nil, such as leaseapi.ObserverFunc(nil)) or more
 // than leaseapi.MaxObservers observers is ErrInvalidState. clk times the
 // calls (only its Now is used); a nil clock is the real clock. KeyHash is
-// keyed by a random secret; [NewObservedBackendWith] sets a fleet-wide one.
+// keyed by a random secret; [NewObservedBackendWith] takes a fleet-wide
+// [KeyHasher].
 func NewObservedBackend(b leaseapi.Backend, clk leaseapi.Clock, observers ...leaseapi.Observer) (leaseapi.Backend, error) {
 	return NewObservedBackendWith(b, ObserveOptions{Clock: clk}, observers...)
 }
 
-// NewObservedBackendWith is [NewObservedBackend] with options; a HashKey
-// shorter than MinHashKeyBytes (but not empty) is ErrInvalidState too.
+// NewObservedBackendWith is [NewObservedBackend] with options.
 func NewObservedBackendWith(b leaseapi.Backend, o ObserveOptions, observers ...leaseapi.Observer) (leaseapi.Backend, error) {
 	const op = "observe"
 	if b == nil || isNilPointer(b) {
@@ -95,9 +85,6 @@ func NewObservedBackendWith(b leaseapi.Backend, o ObserveOptions, observers ...l
 	}
 	if len(observers) > leaseapi.MaxObservers {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "too many observers")
-	}
-	if len(o.HashKey) > 0 && len(o.HashKey) < MinHashKeyBytes {
-		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "hash key too short")
 	}
 	ob := &ObservedBackend{b: b, clk: o.Clock}
 	if ob.clk == nil {
@@ -109,13 +96,13 @@ func NewObservedBackendWith(b leaseapi.Backend, o ObserveOptions, observers ...l
 		}
 		ob.observers = append(ob.observers, &observer{o: o})
 	}
-	if len(o.HashKey) > 0 {
-		ob.hashKey = append([]byte(nil), o.HashKey...)
-	} else {
-		ob.hashKey = make([]byte, 32)
-		if _, err := rand.Read(ob.hashKey); err != nil {
-			return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "random source failed")
+	ob.hasher = o.KeyHasher
+	if ob.hasher == nil {
+		h, err := randomKeyHasher()
+		if err != nil {
+			return nil, leaseapi.Wrap(err, op)
 		}
+		ob.hasher = h
 	}
 	return ob, nil
 }
@@ -173,16 +160,13 @@ func (ob *ObservedBackend) Panics() []uint64 {
 	return out
 }
 
-// KeyHash returns the hash events carry for k: the first 8 bytes of
-// HMAC-SHA256(hash key, k), hex encoded; "" for an unusable ObservedBackend.
+// KeyHash returns the hash events carry for k ([KeyHasher.Hash]); "" for
+// an unusable ObservedBackend.
 func (ob *ObservedBackend) KeyHash(k leaseapi.Key) string {
 	if !ob.usable() {
 		return ""
 	}
-	m := hmac.New(sha256.New, ob.hashKey)
-	m.Write([]byte(k.String()))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:8])
+	return ob.hasher.Hash(k)
 }
 
 // call is one finished backend call, to be turned into an Event on the

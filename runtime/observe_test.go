@@ -36,8 +36,6 @@ func TestNilObserversRejected(t *testing.T) {
 	}
 	_, err := runtime.NewObservedBackend((*memory.Store)(nil), nil)
 	wantKind(t, "typed-nil backend", err, leaseapi.ErrInvalidState)
-	_, err = runtime.NewObservedBackendWith(store, runtime.ObserveOptions{HashKey: []byte("short")})
-	wantKind(t, "hash key shorter than MinHashKeyBytes", err, leaseapi.ErrInvalidState)
 }
 
 // TestPanickingObserverCannotHurtALease: an observer that panics on every
@@ -133,47 +131,70 @@ func TestSlowObserverNeverSlowsALease(t *testing.T) {
 	})
 }
 
-// TestFleetKeyHash: with the same HashKey, two observed backends (two
-// processes of a fleet) give one lease the same KeyHash, in KeyHash and in
-// events; different keys hash differently; without HashKey the hash is
-// per backend. The option's slice is copied.
+// TestFleetKeyHash: with one KeyHasher built from a shared secret, two
+// observed backends (two processes of a fleet) give one lease the same
+// KeyHash, in KeyHash and in events, and a client given the same KeyHasher
+// puts that hash in its state changes; different keys hash differently;
+// without a KeyHasher the hash is per backend.
 func TestFleetKeyHash(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
-		secret := bytes.Repeat([]byte{0x5a}, runtime.MinHashKeyBytes)
+		secret := bytes.Repeat([]byte{0x5a}, runtime.MinKeyHashSecret)
 		k1, k2 := testKey(t, "fleet-a"), testKey(t, "fleet-b")
 		var mu sync.Mutex
-		var hashes []string
+		var hashes, changes []string
 		rec := leaseapi.ObserverFunc(func(e leaseapi.Event) { mu.Lock(); hashes = append(hashes, e.KeyHash); mu.Unlock() })
 		var obs []*runtime.ObservedBackend
 		for range 2 {
+			hasher, err := runtime.NewKeyHasher(secret) // one per process, same secret
+			if err != nil {
+				t.Fatal(err)
+			}
 			store, _ := memory.New(memory.Options{})
-			b, err := runtime.NewObservedBackendWith(store, runtime.ObserveOptions{HashKey: secret}, rec)
+			b, err := runtime.NewObservedBackendWith(store, runtime.ObserveOptions{KeyHasher: hasher}, rec)
 			if err != nil {
 				t.Fatal(err)
 			}
 			obs = append(obs, b.(*runtime.ObservedBackend))
-			if _, err := b.TryAcquire(t.Context(), k1, "owner-0123456789abcdef", time.Second); err != nil {
+			c, err := runtime.NewClient(b, runtime.ClientOptions{KeyHasher: hasher, OnStateChange: func(sc runtime.StateChange) {
+				mu.Lock()
+				changes = append(changes, sc.KeyHash)
+				mu.Unlock()
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mustAcquire(t, c, k1, basicPolicy(t))
+			simtest.Settle()
+			if err := h.Release(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			simtest.Settle()
+			if err := c.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
-		secret[0] ^= 0xff // the backends copied it
-		if h0, h1 := obs[0].KeyHash(k1), obs[1].KeyHash(k1); h0 == "" || h0 != h1 {
-			t.Fatalf("one lease on two processes with one hash key: %q and %q, want equal", h0, h1)
+		want := obs[0].KeyHash(k1)
+		if h1 := obs[1].KeyHash(k1); want == "" || want != h1 {
+			t.Fatalf("one lease on two processes with one secret: %q and %q, want equal", want, h1)
 		}
-		if obs[0].KeyHash(k1) == obs[0].KeyHash(k2) {
+		if want == obs[0].KeyHash(k2) {
 			t.Fatal("two keys share a hash")
 		}
 		mu.Lock()
-		if len(hashes) != 2 || hashes[0] != hashes[1] || hashes[0] != obs[0].KeyHash(k1) {
-			t.Fatalf("event hashes: got %q, want two equal to KeyHash", hashes)
+		if len(hashes) == 0 || len(changes) == 0 {
+			t.Fatalf("got %d events and %d state changes, want some of each", len(hashes), len(changes))
+		}
+		for _, h := range append(hashes, changes...) {
+			if h != want {
+				t.Fatalf("event and state-change hashes: got %q and %q, want all %q", hashes, changes, want)
+			}
 		}
 		mu.Unlock()
 		store, _ := memory.New(memory.Options{})
 		a, _ := runtime.NewObservedBackend(store, nil)
 		b, _ := runtime.NewObservedBackend(store, nil)
 		if a.(*runtime.ObservedBackend).KeyHash(k1) == b.(*runtime.ObservedBackend).KeyHash(k1) {
-			t.Fatal("without HashKey, two observed backends share a hash (want a random key each)")
+			t.Fatal("without a KeyHasher, two observed backends share a hash (want a random secret each)")
 		}
 	})
 }
