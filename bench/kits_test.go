@@ -21,13 +21,13 @@ import (
 // A kit builds one backend's layers for the workloads.
 type kit struct {
 	name  string
-	floor bool  // the backend has a floor (memory has none)
 	meter meter // the server's CPU, when known
 
-	// single builds the variants of seq, par and renew on one shared
+	// single builds the layers of seq, par and renew on one shared
 	// connection set (one valkey-go client, one pgx pool of 64
-	// connections, one memory store), with leases of ttl, and the API's
-	// managed-renewal client on a counting wrapper of the same Store kind.
+	// connections, one memory store), with leases of ttl, and a counted
+	// Store of the same kind for the API's managed renewal. The floor
+	// layer, when the backend has one (memory has none), comes first.
 	single func(ctx context.Context, tag string, ttl time.Duration) (*layers, error)
 	// handoff builds the contenders of each layer, each contender with
 	// connections of its own.
@@ -80,9 +80,9 @@ func apiOn(b leaseapi.Backend, ns string, ttl time.Duration, cs *closers) (*apiL
 }
 
 // managedOn sets the counted store managed renewal runs on.
-func managedOn(l *layers, counted leaseapi.Backend, n *renewCount, ns string) error {
+func managedOn(l *layers, counted leaseapi.Backend, n *renewCount, ns string) *layers {
 	l.managed, l.count, l.ns = counted, n, ns
-	return nil
+	return l
 }
 
 func valkeyKit(srv valkeyServer) kit {
@@ -95,7 +95,7 @@ func valkeyKit(srv valkeyServer) kit {
 		return s, nil
 	}
 	return kit{
-		name: "valkey", floor: true, meter: srv.meter,
+		name: "valkey", meter: srv.meter,
 		single: func(ctx context.Context, tag string, ttl time.Duration) (*layers, error) {
 			var cs closers
 			l, err := func() (*layers, error) {
@@ -126,7 +126,7 @@ func valkeyKit(srv valkeyServer) kit {
 					return nil, err
 				}
 				n := new(renewCount)
-				return l, managedOn(l, countedValkey{sm, n}, n, tag)
+				return managedOn(l, countedValkey{sm, n}, n, tag), nil
 			}()
 			if err != nil {
 				cs.run()
@@ -225,7 +225,7 @@ func postgresKit(srv postgresServer) kit {
 		return p, err
 	}
 	return kit{
-		name: "postgres", floor: true, meter: srv.meter,
+		name: "postgres", meter: srv.meter,
 		single: func(ctx context.Context, tag string, ttl time.Duration) (*layers, error) {
 			var cs closers
 			l, err := func() (*layers, error) {
@@ -255,7 +255,7 @@ func postgresKit(srv postgresServer) kit {
 					return nil, err
 				}
 				n := new(renewCount)
-				return l, managedOn(l, countedPG{sm, n}, n, tag+"-m")
+				return managedOn(l, countedPG{sm, n}, n, tag+"-m"), nil
 			}()
 			if err != nil {
 				cs.run()
@@ -342,10 +342,7 @@ func memoryKit() kit {
 				bindOne[*lease.Handle]("api", api),
 			}}
 			n := new(renewCount)
-			if err := managedOn(l, countedMemory{s, n}, n, tag+"-m"); err != nil {
-				cs.run()
-				return nil, err
-			}
+			managedOn(l, countedMemory{s, n}, n, tag+"-m")
 			l.close = cs.run
 			return l, nil
 		},
