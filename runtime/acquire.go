@@ -162,6 +162,8 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	octx, cancel := c.opContext(ctx, p)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
+	doneAt := c.clk.Now() // the reply's arrival: the call's latency, and recvAt below
+	c.m.called(callAcquire, doneAt.Sub(sentAt), err)
 	if err != nil {
 		switch kind := leaseapi.Kind(err); {
 		case kind == leaseapi.ErrAmbiguousOutcome:
@@ -191,7 +193,10 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrFencingRegression, "token not above one already granted")
 	}
-	recvAt := c.clk.Now()
+	recvAt := doneAt
+	if resolved || recvAt.Before(sentAt) { // received after the inspection (or re-anchored)
+		recvAt = c.clk.Now()
+	}
 	if !recvAt.Before(rec.LocalDeadline(sentAt, p)) {
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
@@ -219,7 +224,9 @@ func (c *Client) resolve(ctx context.Context, key leaseapi.Key, owner string, p 
 	}
 	ictx, cancel := c.opContext(ctx, p)
 	defer cancel()
+	start := c.clk.Now()
 	rec, held, err := c.inspector.Inspect(ictx, key)
+	c.m.called(callInspect, c.clk.Since(start), err)
 	switch {
 	case err != nil:
 		return leaseapi.Record{}, ambiguous
@@ -239,5 +246,7 @@ func (c *Client) releaseQuietly(rec leaseapi.Record, p leaseapi.Policy) {
 	}
 	ctx, cancel := c.opContext(context.Background(), p)
 	defer cancel()
-	_ = c.b.Release(ctx, rec)
+	start := c.clk.Now()
+	err := c.b.Release(ctx, rec)
+	c.m.called(callRelease, c.clk.Since(start), err)
 }

@@ -68,7 +68,9 @@
 // acquisition; it exits when the lease becomes Released, Lost or Expired
 // (so a forgotten unmanaged handle ends at its deadline) or when the
 // client closes. Run starts one watcher goroutine that exits before Run
-// returns. Nothing else runs in the background.
+// returns. With ClientOptions.OnStateChange set, one delivery goroutine
+// runs while state changes wait for the hook; it exits when none is left
+// (Close waits for it). Nothing else runs in the background.
 //
 // # Failure handling
 //
@@ -81,6 +83,18 @@
 // lease whose release failed is not renewed again, and expires at its
 // deadline unless a later Release succeeds. Observers ([NewObservedBackend]) see every backend call
 // as an event carrying a keyed hash of the key.
+//
+// # Telemetry
+//
+// A Client counts what it does exactly, in atomics, where the work
+// happens (never from the best-effort events): [Client.Metrics] returns
+// the snapshot. Every handle transition is a [StateChange], delivered best
+// effort to ClientOptions.OnStateChange (never blocking a lease; dropped
+// events are counted); ClientOptions.Tracer wraps each public operation
+// with the caller's context ([Tracer]). None of them carries a key, an
+// owner id or backend text: keys appear as a [KeyHasher]'s keyed hash.
+// The leaseslog package logs them; the OpenTelemetry adapter is the
+// module github.com/leasekit/lease/otel.
 //
 // # What this package does not do
 //

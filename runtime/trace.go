@@ -171,7 +171,13 @@ func (c *Client) observedAcquire(ctx context.Context, key leaseapi.Key, p leasea
 	}
 	h, err := c.acquire(ctx, key, p, wait)
 	if c.m != nil {
-		c.m.acquired(c.clk.Since(start), err)
+		var end time.Time
+		if h != nil {
+			end = h.s.View().RecvAt // the grant's arrival: no clock reading
+		} else {
+			end = c.clk.Now()
+		}
+		c.m.acquired(end.Sub(start), err)
 	}
 	sp.end(c, h, err)
 	return h, err
