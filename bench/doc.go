@@ -92,6 +92,13 @@
 //   - runtime-client-us/OP, runtime-allocs/OP, runtime-p50-us (seq): what
 //     the runtime adds to a Store call, api minus store (seq, par, renew).
 //
+// In seq, par and renew the layers share one connection set (one
+// valkey-go client with DisableCache, as the floor's; one pgx pool of 64
+// connections, the peers harness's -pg-conns), so they run on the same
+// warmed connections; each layer has keys (and, on Valkey, a Store prefix)
+// of its own. In handoff every contender of every layer has connections of
+// its own, as separate processes would.
+//
 // The floor's script and statement texts must stay identical to those of
 // the peers harness (adapter_rawredis.go, adapter_rawpg.go) so that the two
 // harnesses measure the same floor. The Store variant uses one owner id per
