@@ -16,6 +16,23 @@ import (
 // failed before sending is [ErrBackendUnavailable], a mutation whose reply
 // was lost is [ErrAmbiguousOutcome]. Backends never retry a mutation on
 // their own.
+//
+// Not after the deadline: a TryAcquire, Renew or RenewBatch
+// ([BatchRenewer]) that the backend executes after its caller's ctx
+// deadline changes nothing. A request can wait inside the backend (for a
+// row lock, a paused server, a mutex) until after its caller gave up with
+// [ErrAmbiguousOutcome]; were it to apply then, it would grant or extend a
+// lease nobody holds. So a backend bounds every such mutation by the time
+// its ctx had left when it was sent, measured on the backend's own clock
+// from the moment it received the request (so no clock synchronisation is
+// involved), and checks the bound where the mutation takes effect, with
+// everything it waited for already held. A request past its bound writes
+// nothing: no token, no expiry, no mark; a caller that still waits gets a
+// definite error ([ErrBackendUnavailable] "not applied", or the context's
+// error), never a grant. A call without a ctx deadline carries no bound.
+// The bound covers waiting inside the backend only, not the network before
+// it. simtest.Conformance checks the rule when its harness can hold a
+// request back (simtest.LateRig).
 type Backend interface {
 	// TryAcquire grants key to owner for ttl if no live grant exists (the
 	// previous one expired by the backend's clock or was released), with a

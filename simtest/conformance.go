@@ -33,6 +33,12 @@ type Harness struct {
 	// resolution and scheduling noise on real servers (e.g. 100ms). Zero
 	// means 1ms.
 	Slack time.Duration
+	// Late, if set, returns a rig that makes b (a backend from New, in the
+	// same subtest) execute a request after its deadline, for the check of
+	// the not-after rule (LateExecutionIsNoop, see [LateRig]). It is
+	// called once per held-back call and registers its own cleanup. Nil
+	// skips that check.
+	Late func(t *testing.T, b leaseapi.Backend) *LateRig
 }
 
 func (h Harness) ttl() time.Duration {
@@ -106,6 +112,7 @@ var conformanceCases = []conformanceCase{
 	{"Inspect", testInspect},
 	{"ReleaseWatch", testReleaseWatch},
 	{"RenewBatch", testRenewBatch},
+	{"LateExecutionIsNoop", testLateExecution},
 }
 
 const (

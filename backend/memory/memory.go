@@ -5,7 +5,9 @@
 // # Guarantees
 //
 // Every operation is one critical section under the store's mutex, timed by
-// the store's clock, with the semantics of [leaseapi.Backend]. Tokens are
+// the store's clock, with the semantics of [leaseapi.Backend], its
+// not-after rule included (a mutation that gets the mutex only after its
+// ctx ended changes nothing and returns the context's error). Tokens are
 // per key, start at 1 and strictly increase with every acquisition; they
 // survive release and expiry but not the Store (a new Store starts again at
 // 1: it is not a durable fencing authority across processes). A key whose
@@ -125,6 +127,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
+	if err := notAfter(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	e := s.keys[key]
 	if e == nil {
 		e = &entry{}
@@ -139,6 +144,20 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	return e.record(key), nil
 }
 
+// notAfter is the not-after rule of [leaseapi.Backend] in process: a
+// mutation that gets to execute (holds the mutex and has read the store's
+// clock) only after its ctx ended, its deadline included, changes nothing
+// and returns the context's error. It asks ctx itself, never compares
+// ctx.Deadline() with a clock: the deadline may be on a simulated clock
+// (github.com/benbjohnson/clock's mock) that neither the time package nor
+// the store's clock share.
+func notAfter(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return leaseapi.ContextError(op, err)
+	}
+	return nil
+}
+
 // Renew implements [leaseapi.Backend].
 func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
@@ -151,6 +170,9 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clk.Now()
+	if err := notAfter(ctx, op); err != nil {
+		return leaseapi.Record{}, err
+	}
 	e := s.keys[rec.Key]
 	if e == nil || !e.renewable(rec) || !e.live(now) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")

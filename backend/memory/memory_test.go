@@ -3,6 +3,7 @@ package memory_test
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +27,69 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		Late: lateRig,
 	})
+}
+
+// holdClock is a store clock that, while held, does not return from Now:
+// a mutation that reads it (under the store's mutex, after its checks) is
+// held back inside the backend until Release.
+type holdClock struct {
+	mu      sync.Mutex
+	held    chan struct{} // closed by release; nil when not holding
+	arrived chan struct{} // receives when a Now is held back (buffer 1)
+}
+
+func (c *holdClock) Now() time.Time {
+	c.mu.Lock()
+	held, arrived := c.held, c.arrived
+	c.mu.Unlock()
+	if held != nil {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-held
+	}
+	return time.Now()
+}
+
+// lateRig holds a mutation back in the store's clock. It ignores the
+// suite's backend: the rig's store is one of its own, on a holdClock.
+func lateRig(t *testing.T, _ leaseapi.Backend) *simtest.LateRig {
+	clk := &holdClock{arrived: make(chan struct{}, 1)}
+	s, err := memory.New(memory.Options{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func(*testing.T) {
+		clk.mu.Lock()
+		defer clk.mu.Unlock()
+		if clk.held != nil {
+			close(clk.held)
+			clk.held = nil
+		}
+	}
+	t.Cleanup(func() { release(t) })
+	return &simtest.LateRig{
+		Backend: s,
+		Hold: func(*testing.T, leaseapi.Key) {
+			clk.mu.Lock()
+			defer clk.mu.Unlock()
+			clk.held = make(chan struct{})
+		},
+		WaitHeld: func(t *testing.T, errc <-chan error) {
+			select {
+			case <-clk.arrived:
+			case err := <-errc:
+				t.Fatalf("the call returned before it was held back: %v", err)
+			}
+		},
+		WaitPast: func(_ *testing.T, deadline time.Time, _ time.Duration) {
+			time.Sleep(time.Until(deadline) + time.Millisecond) // simulated time: lets the deadline pass
+		},
+		Release: release, // the call returns once executed; the suite waits for it
+	}
 }
 
 // TestTokenBoundary: a key whose token is 2^64-1 cannot be acquired again;

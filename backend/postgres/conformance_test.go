@@ -21,6 +21,7 @@ func TestConformance(t *testing.T) {
 			s, _ := newStore(t, url, pool)
 			return s
 		},
+		Late: func(t *testing.T, b leaseapi.Backend) *simtest.LateRig { return lateRig(t, url, pool, b) },
 	})
 }
 

@@ -114,7 +114,8 @@
 // (faultproxy.Detach keeps the server's end of the connection open, and
 // refuses the connection a cancel request would use), so the statement
 // runs when the lock is released, after its budget, and the rows are
-// unchanged (TestLateExecutionIsNoop; without a deadline the same statement
+// unchanged (the conformance suite's LateExecutionIsNoop with this
+// package's simtest.LateRig; without a deadline the same statement
 // commits). TestLateStatusIsNotApplied checks the definite error a caller
 // that still waits gets.
 //

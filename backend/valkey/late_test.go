@@ -15,6 +15,7 @@ import (
 	"github.com/leasekit/lease/internal/faultproxy"
 	"github.com/leasekit/lease/internal/testserver"
 	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/simtest"
 )
 
 // lateEnv is the set-up of the late-execution tests: a private server
@@ -112,64 +113,85 @@ func waitProxy(t *testing.T, p *faultproxy.Proxy, what string, cond func(faultpr
 	}
 }
 
-// heldBack forces a late execution of call's one script. The server holds
-// writes back (CLIENT PAUSE WRITE) while call runs on s, through p, with a
-// ctx whose deadline is budget away (no deadline when budget is 0). Once
-// the server holds the request back, p detaches it: the client sees its
-// connection reset, the server keeps the connection and the queued script.
-// With a budget, heldBack then waits until the server's clock is past the
-// bound that the request carried. It ends the pause and waits until the
-// server has run the script (its reply arrives at p, which drains it). It
-// returns call's error.
-func (e *lateEnv) heldBack(t *testing.T, p *faultproxy.Proxy, s *valkey.Store, budget time.Duration, call func(ctx context.Context) error) error {
+// lateRig is the conformance suite's LateRig on Valkey: the server holds
+// writes back (CLIENT PAUSE WRITE) while the call runs on a Store whose one
+// connection goes through a fault proxy; once the server holds the request
+// back, the proxy detaches it (the client sees its connection reset, the
+// server keeps the connection and the queued script). With a deadline, the
+// rig waits until the server's clock is past the bound the request carried,
+// then ends the pause and waits until the server has run the script (its
+// reply arrives at the proxy, which drains it).
+func (e *lateEnv) lateRig(t *testing.T) *simtest.LateRig {
 	t.Helper()
-	if _, err := e.srv.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
-		t.Fatal(err)
-	}
-	paused := true
-	defer func() {
+	p, s := e.viaProxy(t, valkey.Options{})
+	paused := false
+	unpause := func(t *testing.T) {
 		if paused {
-			_, _ = e.srv.Do("CLIENT", "UNPAUSE")
-		}
-	}()
-	ctx, cancel := context.WithCancel(t.Context())
-	if budget > 0 {
-		ctx, cancel = context.WithTimeout(t.Context(), budget)
-	}
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- call(ctx) }()
-	// The server counts a client whose command the pause postpones as
-	// blocked: only then is the script queued on the server.
-	eventually(t, "the request to be held back by the server", func() error {
-		info, err := e.srv.Do("INFO", "clients")
-		if err == nil && !strings.Contains(info, "blocked_clients:1\r\n") {
-			err = fmt.Errorf("not blocked yet")
-		}
-		return err
-	})
-	p.Detach()
-	err := <-errc
-	dropped := p.Stats().Dropped
-	if dl, ok := ctx.Deadline(); ok {
-		bound := valkey.BoundAt(s, dl)
-		if bound == 0 {
-			t.Fatal("the Store sent no bound: it has no estimate of the server's clock")
-		}
-		// 1ms more for the rounding of BoundAt's own arithmetic.
-		eventually(t, "the server's clock to pass the request's bound", func() error {
-			if now := e.serverNow(t); now <= bound+1000 {
-				return fmt.Errorf("server time %d, bound %d", now, bound)
+			if _, err := e.srv.Do("CLIENT", "UNPAUSE"); err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		})
+			paused = false
+		}
 	}
-	if _, err := e.srv.Do("CLIENT", "UNPAUSE"); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { unpause(t) })
+	return &simtest.LateRig{
+		Backend: s,
+		Direct:  e.direct,
+		Hold: func(t *testing.T, _ leaseapi.Key) {
+			if _, err := e.srv.Do("CLIENT", "PAUSE", "60000", "WRITE"); err != nil {
+				t.Fatal(err)
+			}
+			paused = true
+		},
+		WaitHeld: func(t *testing.T, errc <-chan error) {
+			// The server counts a client whose command the pause postpones
+			// as blocked: only then is the script queued on the server.
+			eventually(t, "the request to be held back by the server", func() error {
+				select {
+				case err := <-errc:
+					t.Fatalf("the call returned before it was held back: %v", err)
+				default:
+				}
+				info, err := e.srv.Do("INFO", "clients")
+				if err == nil && !strings.Contains(info, "blocked_clients:1\r\n") {
+					err = fmt.Errorf("not blocked yet")
+				}
+				return err
+			})
+		},
+		Cut: func(*testing.T) { p.Detach() },
+		WaitPast: func(t *testing.T, deadline time.Time, _ time.Duration) {
+			bound := valkey.BoundAt(s, deadline)
+			if bound == 0 {
+				t.Fatal("the Store sent no bound: it has no estimate of the server's clock")
+			}
+			// 1ms more for the rounding of BoundAt's own arithmetic.
+			eventually(t, "the server's clock to pass the request's bound", func() error {
+				if now := e.serverNow(t); now <= bound+1000 {
+					return fmt.Errorf("server time %d, bound %d", now, bound)
+				}
+				return nil
+			})
+		},
+		Release: func(t *testing.T) {
+			dropped := p.Stats().Dropped
+			unpause(t)
+			waitProxy(t, p, "the server to run the held-back script", func(st faultproxy.Stats) bool { return st.Dropped > dropped })
+		},
 	}
-	paused = false
-	waitProxy(t, p, "the server to run the held-back script", func(st faultproxy.Stats) bool { return st.Dropped > dropped })
-	return err
+}
+
+// TestLateExecutionIsNoop is the conformance suite's not-after check
+// (scenario 7 with the not-after bound) on a private server, which CLIENT
+// PAUSE holds back as a whole: a mutation that the server runs after its
+// caller's deadline writes nothing, and the control run, without a ctx
+// deadline, does apply late.
+func TestLateExecutionIsNoop(t *testing.T) {
+	e := newLateEnv(t)
+	simtest.CheckLateExecution(t, simtest.Harness{
+		New:  func(*testing.T) leaseapi.Backend { return e.direct },
+		Late: func(t *testing.T, _ leaseapi.Backend) *simtest.LateRig { return e.lateRig(t) },
+	})
 }
 
 // lateCases are the scripts that grant or extend. setup prepares key k:
@@ -202,39 +224,6 @@ var lateCases = []struct {
 		func(ctx context.Context, s *valkey.Store, k leaseapi.Key, rec leaseapi.Record) error {
 			return s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: time.Minute}})[0].Err
 		}},
-}
-
-// TestLateExecutionIsNoop is scenario 7 with the not-after bound: a
-// mutation that the server runs after its caller's deadline (held back by
-// CLIENT PAUSE WRITE, its client cut off without the server noticing)
-// writes nothing: the lease hash and the token counter are exactly as
-// before. The control run, without a ctx deadline and so without a bound,
-// shows that the same held-back script does run and apply late.
-func TestLateExecutionIsNoop(t *testing.T) {
-	e := newLateEnv(t)
-	for _, tc := range lateCases {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, bounded := range []bool{false, true} {
-				k := leaseapi.MustKey("late", fmt.Sprintf("%s-%v", tc.name, bounded))
-				rec := tc.setup(t, e, k)
-				p, s := e.viaProxy(t, valkey.Options{})
-				before := e.state(t, k)
-				budget := time.Duration(0)
-				if bounded {
-					budget = 200 * time.Millisecond
-				}
-				err := e.heldBack(t, p, s, budget, func(ctx context.Context) error { return tc.call(ctx, s, k, rec) })
-				wantKind(t, tc.name+" cut off while held back", err, leaseapi.ErrAmbiguousOutcome)
-				after := e.state(t, k)
-				switch {
-				case bounded && after != before:
-					t.Fatalf("the late %s changed the server's state:\nbefore %s\nafter  %s", tc.name, before, after)
-				case !bounded && after == before:
-					t.Fatalf("control: the held-back %s without a bound did not apply (%s): the test does not force a late execution", tc.name, after)
-				}
-			}
-		})
-	}
 }
 
 // TestLateStatusIsNotApplied: a Store whose estimate of the server's clock
