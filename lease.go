@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"github.com/benbjohnson/clock"
+
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -201,6 +203,15 @@ func NewObservedBackend(backend Backend, clock Clock, observers ...Observer) (Ba
 	return runtime.NewObservedBackend(backend, clock, observers...)
 }
 
+// ObserveOptions configures NewObservedBackendWith (the clock, and a
+// KeyHasher shared across a fleet). An addition to the reference API.
+type ObserveOptions = runtime.ObserveOptions
+
+// NewObservedBackendWith is NewObservedBackend with options.
+func NewObservedBackendWith(backend Backend, options ObserveOptions, observers ...Observer) (Backend, error) {
+	return runtime.NewObservedBackendWith(backend, options, observers...)
+}
+
 // The client. Each is an alias of the type in package runtime, which
 // implements it.
 type (
@@ -230,7 +241,19 @@ const (
 	MaxClientWaiters = runtime.MaxClientWaiters
 	// MaxClientManaged is the largest ClientOptions.MaxManaged.
 	MaxClientManaged = runtime.MaxClientManaged
+	// MaxClientHeld is the largest ClientOptions.MaxHeld (an addition to
+	// the reference API).
+	MaxClientHeld = runtime.MaxClientHeld
+	// DefaultMaxWaiters, DefaultMaxManaged and DefaultMaxHeld are the
+	// bounds a zero ClientOptions field means.
+	DefaultMaxWaiters = runtime.DefaultMaxWaiters
+	DefaultMaxManaged = runtime.DefaultMaxManaged
+	DefaultMaxHeld    = runtime.DefaultMaxHeld
 )
+
+// NewSleeper returns the default Sleeper on clk: a pause on its timers that
+// a release notification ends early.
+func NewSleeper(clk clock.Clock) Sleeper { return runtime.NewSleeper(clk) }
 
 // NewClient returns a Client for backend with cryptographic owner ids and
 // the real clock unless options say otherwise. It does no I/O and starts no
