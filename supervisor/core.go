@@ -187,8 +187,16 @@ const (
 // step applies event ev to c under policy p and returns the effects. It is
 // the only function that changes a core.
 func step(c *core, p *leaseapi.Policy, ev event) effects {
-	from, fromErr := c.view.State, c.view.Err
 	var e effects
+	stepInto(c, p, &ev, &e)
+	return e
+}
+
+// stepInto is step writing into e (zero on entry), for the loop, which
+// keeps one event and one effects for a whole service instead of copying
+// them through every call.
+func stepInto(c *core, p *leaseapi.Policy, ev *event, e *effects) {
+	from, fromErr := c.view.State, c.view.Err
 	switch {
 	case c.calling != 0:
 		if ev.kind != evOutcome {
@@ -199,9 +207,9 @@ func step(c *core, p *leaseapi.Policy, ev event) effects {
 			if ev.slot {
 				e.leaveGate = true
 			}
-			return e
+			return
 		}
-		c.onOutcome(p, ev, &e)
+		c.onOutcome(p, ev, e)
 	case c.view.State.Terminal():
 		e.rule = ruleTerminal
 		if ev.kind == evRequest {
@@ -225,27 +233,26 @@ func step(c *core, p *leaseapi.Policy, ev event) effects {
 	case ev.kind == evOutcome:
 		e.rule = ruleStrayOutcome
 	case ev.kind == evRequest:
-		c.onRequest(p, ev, &e)
+		c.onRequest(p, ev, e)
 	case ev.kind == evTimer:
-		c.onTimer(p, ev, &e)
+		c.onTimer(p, ev, e)
 	case ev.kind == evClose:
 		e.rule = ruleClose
-		c.startCall(p, opRelease, 0, &e)
+		c.startCall(p, opRelease, 0, e)
 		c.closing, e.call.onClose = true, true
 	}
 	if c.view.State != from {
 		e.publish, e.changed, e.from, e.fromErr = true, true, from, fromErr
 	}
 	if c.view.State.Terminal() && c.calling == 0 {
-		c.finish(&e, ev.at)
+		c.finish(e, ev.at)
 	}
 	if !e.exit && e.call.op == 0 {
 		e.arm = c.wakeAt()
 	}
-	return e
 }
 
-func (c *core) onRequest(p *leaseapi.Policy, ev event, e *effects) {
+func (c *core) onRequest(p *leaseapi.Policy, ev *event, e *effects) {
 	v := &c.view
 	switch ev.req {
 	case reqRenew:
@@ -294,7 +301,7 @@ func (c *core) onRequest(p *leaseapi.Policy, ev event, e *effects) {
 	}
 }
 
-func (c *core) onTimer(p *leaseapi.Policy, ev event, e *effects) {
+func (c *core) onTimer(p *leaseapi.Policy, ev *event, e *effects) {
 	switch {
 	case c.view.Managed && !ev.at.Before(c.renewDue):
 		e.rule = ruleRenewDue
@@ -315,7 +322,7 @@ func (c *core) startCall(p *leaseapi.Policy, o op, caller request, e *effects) {
 }
 
 // onOutcome applies the outcome of the call in flight.
-func (c *core) onOutcome(p *leaseapi.Policy, ev event, e *effects) {
+func (c *core) onOutcome(p *leaseapi.Policy, ev *event, e *effects) {
 	o, caller, closing := c.calling, c.caller, c.closing
 	c.calling, c.caller, c.closing = 0, 0, false
 	v, out, now := &c.view, &ev.out, ev.at
@@ -480,7 +487,7 @@ func errExpired(op string) error {
 
 // releases reports whether ev gives the lease up: a release request or
 // the client's close.
-func releases(ev event) bool {
+func releases(ev *event) bool {
 	return ev.kind == evClose || ev.kind == evRequest && ev.req == reqRelease
 }
 

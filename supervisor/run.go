@@ -44,8 +44,10 @@ type input struct {
 // It reports whether the actor must exit.
 func (s *Supervisor) serve(in input) (exit bool) {
 	ev := event{kind: in.kind, req: in.cur.Req, slot: in.slot, at: s.cfg.Clock.Now()}
+	var e effects
 	for {
-		e := step(&s.st, &s.policy, ev)
+		e = effects{}
+		stepInto(&s.st, &s.policy, &ev, &e)
 		s.apply(&e, in.cur, ev.at)
 		if e.exit {
 			return true
@@ -54,7 +56,8 @@ func (s *Supervisor) serve(in input) (exit bool) {
 			s.arm(e.arm)
 			return false
 		}
-		ev = event{kind: evOutcome, out: s.perform(e.call)}
+		ev = event{kind: evOutcome}
+		s.perform(&e.call, &ev.out)
 		ev.at = s.cfg.Clock.Now()
 		s.reportCall(e.call.op, &ev.out, ev.at)
 	}
@@ -148,12 +151,13 @@ func (s *Supervisor) arm(at time.Time) {
 	}
 }
 
-// perform makes backend call c for the lease and returns its outcome. The
-// call is bounded by the client's life (or, for the release on close, by
-// the close context), by the policy's OperationTimeout and, for renew and
-// validate, by the remaining trust: a reply after the deadline could not
-// restore admission anyway, so none is sent at or after it.
-func (s *Supervisor) perform(c callSpec) outcome {
+// perform makes backend call c for the lease and writes its outcome to out
+// (zero on entry). The call is bounded by the client's life (or, for the
+// release on close, by the close context), by the policy's
+// OperationTimeout and, for renew and validate, by the remaining trust: a
+// reply after the deadline could not restore admission anyway, so none is
+// sent at or after it.
+func (s *Supervisor) perform(c *callSpec, out *outcome) {
 	parent := s.cfg.Life
 	if c.onClose {
 		parent = context.Background()
@@ -161,29 +165,28 @@ func (s *Supervisor) perform(c callSpec) outcome {
 			parent = s.cfg.CloseContext()
 		}
 	}
-	rec := s.st.view.Record
 	sentAt := s.cfg.Clock.Now() // read before the call is sent, as it must be
 	timeout := c.timeout
 	if !c.trustUntil.IsZero() {
 		timeout = min(timeout, c.trustUntil.Sub(sentAt))
 		if timeout <= 0 {
-			return outcome{sentAt: sentAt, err: leaseapi.NewError(c.op.String(), leaseapi.ErrTimeout, "deadline passed before send")}
+			out.sentAt, out.err = sentAt, leaseapi.NewError(c.op.String(), leaseapi.ErrTimeout, "deadline passed before send")
+			return
 		}
 	}
 	ctx, cancel := parent, context.CancelFunc(nil)
 	if !s.cfg.Unbounded {
 		ctx, cancel = s.cfg.Clock.WithTimeout(parent, timeout)
 	}
-	var out outcome
 	switch c.op {
 	case opRenew:
-		out.rec, out.err = s.cfg.Renewer.Renew(ctx, rec, s.policy.TTL())
+		out.rec, out.err = s.cfg.Renewer.Renew(ctx, s.st.view.Record, s.policy.TTL())
 	case opValidate:
 		// The record Validate returns is the backend's; it never moves the
 		// local deadline, so only the error is kept.
-		_, out.err = s.cfg.Backend.Validate(ctx, rec)
+		_, out.err = s.cfg.Backend.Validate(ctx, s.st.view.Record)
 	case opRelease:
-		out.err = s.cfg.Backend.Release(ctx, rec)
+		out.err = s.cfg.Backend.Release(ctx, s.st.view.Record)
 	}
 	if cancel != nil {
 		cancel()
@@ -192,7 +195,6 @@ func (s *Supervisor) perform(c callSpec) outcome {
 	if out.err != nil {
 		out.err = leaseapi.Wrap(out.err, c.op.String())
 	}
-	return out
 }
 
 // exit runs once, deferred, as the loop ends: stop the timer, close done,
