@@ -68,7 +68,8 @@ type ClientOptions struct {
 	// OnStateChange, if set, receives every handle transition, best
 	// effort: in order, one call at a time, on a goroutine of the client
 	// (never a supervisor's), dropped and counted when 1,024 are already
-	// waiting for it.
+	// waiting for it. It may call the client's methods but not Close,
+	// which waits for the hook's last call to return.
 	OnStateChange func(StateChange)
 	// Tracer, if set, wraps every public operation (see [Tracer]).
 	Tracer Tracer
