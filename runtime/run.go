@@ -27,12 +27,13 @@ func (c *Client) Run(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, f
 	if !c.usable() {
 		return errUnusable("run")
 	}
+	var h *Handle // the lease, once acquired: its token and state end Run's trace
 	ctx, sp := c.startSpan(ctx, TraceRun, key, 0)
-	defer func() { sp.end(c, nil, err) }()
+	defer func() { sp.end(c, h, err) }()
 	if fn == nil {
 		return leaseapi.NewError("run", leaseapi.ErrInvalidState, "nil function")
 	}
-	h, err := c.Acquire(ctx, key, p)
+	h, err = c.Acquire(ctx, key, p)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func TestTracerWrapsPublicOperations(t *testing.T) {
 			fmt.Sprintf("end 6 acquire tok=%d state=active outcome=success in 0s", tok+1),
 			fmt.Sprintf("start 7<5 release tok=%d hash=%s", tok+1, hash),
 			fmt.Sprintf("end 7 release tok=%d state=released outcome=success in 0s", tok+1),
-			"end 5 run tok=0 state=invalid outcome=success in 0s",
+			fmt.Sprintf("end 5 run tok=%d state=released outcome=success in 0s", tok+1),
 		}
 		tr.mu.Lock()
 		got := tr.events
