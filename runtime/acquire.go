@@ -39,7 +39,9 @@ func (c *Client) Acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	return c.observedAcquire(ctx, key, p, true)
 }
 
-func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
+// first receives the send instant of the first attempt (the start of the
+// acquisition's duration in the metrics); it stays zero if none was sent.
+func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool, first *time.Time) (*Handle, error) {
 	const op = "acquire"
 	switch {
 	case !c.usable():
@@ -64,7 +66,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	}
 
 	if !wait || p.Wait() == 0 {
-		return c.attempt(ctx, key, p)
+		return c.attempt(ctx, key, p, first)
 	}
 
 	// A waiting acquisition also ends when the client closes.
@@ -81,7 +83,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	}
 	end := c.clk.Now().Add(p.Wait())
 	for attempt := uint32(1); ; attempt++ {
-		h, err := c.attempt(ctx, key, p)
+		h, err := c.attempt(ctx, key, p, first)
 		if err == nil || !retryable(err) {
 			return h, c.closedOr(err, op)
 		}
@@ -151,13 +153,16 @@ func errClosed(op string) error {
 // attempt makes one acquisition: a fresh owner id, one backend call
 // anchored at its send time, and, if the reply was lost, one inspection to
 // adopt the grant the call may have made.
-func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
+func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, first *time.Time) (*Handle, error) {
 	const op = "acquire"
 	owner, err := c.owners.NewOwner()
 	if err != nil {
 		return nil, leaseapi.Wrap(err, op)
 	}
 	sentAt := c.clk.Now()
+	if first.IsZero() {
+		*first = sentAt
+	}
 	resolved := false
 	octx, cancel := c.opContext(ctx, p)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())

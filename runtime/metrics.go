@@ -286,8 +286,10 @@ func (m *clientMetrics) dropped() {
 // count is zero are left out of the slices, which are in a fixed order.
 type Metrics struct {
 	// Acquisitions: every Acquire and TryAcquire call (Run's too), by
-	// outcome, with its duration including waits and retries (up to the
-	// receipt of the grant, for a successful one).
+	// outcome, with its duration including waits and retries: from the
+	// send of its first request to the receipt of the grant (or to the
+	// failure); zero for a call that failed before sending anything (bad
+	// input, capacity, a closed client).
 	Acquisitions []OutcomeHistogram
 	// BackendCalls: every call the Client and its supervisors made to the
 	// backend, by operation and outcome, with its latency as the caller
@@ -489,9 +491,9 @@ func lossCause(to leaseapi.State, cause, pending error) LossCause {
 // anyway (its send instant, and the reply's arrival, which is also the
 // grant's receive instant); the supervisors' calls and transitions come
 // from their hooks (OnCall, OnStateChange) with the readings the actor
-// takes anyway. An acquisition's duration takes one clock reading at the
-// call's start and ends at the grant's receive instant (or, when it fails,
-// at a second reading). No wrapper sits beneath a backend call: any frame
+// takes anyway. An acquisition's duration runs from its first attempt's
+// send instant to the grant's receive instant (a failure reads the clock
+// once more), so a successful acquisition takes no reading of its own. No wrapper sits beneath a backend call: any frame
 // added there pushed the supervisor's in-process call chain past the
 // minimum goroutine stack once, and each clock reading costs as much as
 // all the counters of a pair (BenchmarkPairMetricsOn/Off).

@@ -157,27 +157,28 @@ func (sp span) end(c *Client, h *Handle, err error) {
 
 // observedAcquire is Acquire/TryAcquire with its metrics and trace.
 func (c *Client) observedAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
+	var first time.Time // the first attempt's send instant
 	if !c.usable() {
-		return c.acquire(ctx, key, p, wait) // fails closed, untraced
+		return c.acquire(ctx, key, p, wait, &first) // fails closed, untraced
 	}
 	op := TraceTryAcquire
 	if wait {
 		op = TraceAcquire
 	}
 	ctx, sp := c.startSpan(ctx, op, key, 0)
-	var start time.Time
+	h, err := c.acquire(ctx, key, p, wait, &first)
 	if c.m != nil {
-		start = c.clk.Now()
-	}
-	h, err := c.acquire(ctx, key, p, wait)
-	if c.m != nil {
-		var end time.Time
-		if h != nil {
-			end = h.s.View().RecvAt // the grant's arrival: no clock reading
-		} else {
-			end = c.clk.Now()
+		// From the first request's send to the grant's receipt: clock
+		// readings the acquisition takes anyway. A failure reads the clock
+		// once more; one that sent nothing has no duration.
+		var d time.Duration
+		switch {
+		case h != nil:
+			d = h.s.View().RecvAt.Sub(first)
+		case !first.IsZero():
+			d = c.clk.Since(first)
 		}
-		c.m.acquired(end.Sub(start), err)
+		c.m.acquired(d, err)
 	}
 	sp.end(c, h, err)
 	return h, err
