@@ -364,14 +364,25 @@ func (e *realEnv) write(h *runtime.Handle, v string) error {
 
 // acquire makes c acquire k at once and records the grant; failing to
 // acquire fails the test.
+// acquire is a scenario's setup: c takes k, which nobody holds. An attempt
+// that failed before anything was sent (ErrBackendUnavailable: on a
+// loaded machine a fresh pool's first connection can take longer than
+// OperationTimeout) changed nothing and is repeated, for up to 10s, so that
+// setup does not depend on how fast the machine is; any other error fails.
 func (e *realEnv) acquire(c *realClient, k leaseapi.Key) *runtime.Handle {
 	e.t.Helper()
-	h, err := c.c.TryAcquire(context.Background(), k, e.policy)
-	if err != nil {
-		e.t.Fatalf("%s: TryAcquire: %v", c.name, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := c.c.TryAcquire(context.Background(), k, e.policy)
+		if err == nil {
+			e.granted(h)
+			return h
+		}
+		if leaseapi.Kind(err) != leaseapi.ErrBackendUnavailable || time.Now().After(deadline) {
+			e.t.Fatalf("%s: TryAcquire: %v", c.name, err)
+		}
+		pause(context.Background(), 20*time.Millisecond)
 	}
-	e.granted(h)
-	return h
 }
 
 func (e *realEnv) granted(h *runtime.Handle) {
