@@ -21,6 +21,7 @@ type unit struct {
 	keys  []string
 	args  []string
 	id    int64
+	ida   string // id's text
 }
 
 // RenewBatch implements [leaseapi.BatchRenewer]. Each element has exactly
@@ -63,17 +64,16 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
 	for start := 0; start < len(valid); start += chunk {
 		elems := valid[start:min(start+chunk, len(valid))]
-		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 3*len(elems)+2)}
+		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 2*len(elems)+2)}
 		for _, i := range elems {
 			r := reqs[i]
 			lk, _ := s.Keys(r.Record.Key)
 			u.keys = append(u.keys, lk)
-			u.args = append(u.args, r.Record.Owner, tokenArg(r.Record.Token), micros(r.TTL))
+			u.args = append(u.args, valueArg(r.Record, r.TTL), micros(r.TTL))
 		}
 		// srcRenew and srcRenewBatch alike: the bound, then the id.
-		var ida string
-		u.id, ida = newRequestID()
-		u.args = append(u.args, na, ida)
+		u.id, u.ida = newRequestID()
+		u.args = append(u.args, na, u.ida)
 		units = append(units, u)
 	}
 
@@ -103,11 +103,25 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	for j, u := range units {
 		if chunk == 1 {
 			i := u.elems[0]
-			out[i].Record, out[i].Err = s.decodeRenew(res[j], u.id, reqs[i].Record, op, sent)
+			out[i].Record, out[i].Err = s.decodeRenew(res[j], u.ida, reqs[i].Record, reqs[i].TTL, op, sent)
+			continue
+		}
+		if _, err := res[j].ToString(); err == nil {
+			// A one-line reply: the batch ran late (or is not ours).
+			status, payload, err := line(res[j], u.ida, op, true)
+			if err == nil {
+				var now int64
+				if now, err = batchLate(status, payload, op); now > 0 {
+					s.clock.observe(now, sent)
+				}
+			}
+			for _, i := range u.elems {
+				out[i].Err = err
+			}
 			continue
 		}
 		vals, err := ints(res[j], u.id, op, true)
-		if now, ok := batchTime(vals); ok && err == nil {
+		if now, ok := batchTime(vals, u.elems, reqs); ok && err == nil {
 			s.clock.observe(now, sent)
 		}
 		decodeBatch(vals, err, u.elems, reqs, out, op)
@@ -115,30 +129,33 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	return out
 }
 
-// batchTime returns the server time that a batch script's reply carries:
-// that of {statusLate, now}, or the acquisition time of its first renewed
-// element (all share one TIME reading). A batch that renewed nothing and was
-// not late carries none.
-func batchTime(vals []int64) (int64, bool) {
-	if len(vals) == 2 && vals[0] == statusLate {
-		return vals[1], true
+// batchLate interprets a batch script's one-line reply: "late", with the
+// server time it carries, or a reply of the wrong shape.
+func batchLate(status int, payload, op string) (int64, error) {
+	if now, ok := lateTime(status, payload); ok {
+		return now, errLate(op)
 	}
-	for n := 0; n+2 < len(vals); n += 3 {
+	return 0, protocolError(op, true)
+}
+
+// batchTime returns the server time that a batch script's array reply
+// carries: the acquired time of its first renewed element (all share one
+// TIME reading; rounded up by less than 1ms, as acquireResult says). A
+// batch that renewed nothing carries none.
+func batchTime(vals []int64, elems []int, reqs []leaseapi.RenewRequest) (int64, bool) {
+	for n := 0; n+1 < len(vals) && n/2 < len(elems); n += 2 {
 		if vals[n] == statusOK {
-			return vals[n+1], true
+			return expiryMicros(vals[n+1]) - reqs[elems[n/2]].TTL.Microseconds(), true
 		}
 	}
 	return 0, false
 }
 
-// decodeBatch decodes a batch script's reply (vals without the request
-// id, or the call's error as ints returns it), three integers per element
-// (status, acquired, expires), or {statusLate, now} for the whole call,
-// into out.
+// decodeBatch decodes a batch script's array reply (vals without the
+// request id, or the call's error as ints returns it), two integers per
+// element (status, and the expiry in ms minus 1), into out.
 func decodeBatch(vals []int64, err error, elems []int, reqs []leaseapi.RenewRequest, out []leaseapi.RenewResult, op string) {
-	if err == nil && len(vals) == 2 && vals[0] == statusLate {
-		err = errLate(op)
-	} else if err == nil && len(vals) != 3*len(elems) {
+	if err == nil && len(vals) != 2*len(elems) {
 		err = protocolError(op, true)
 	}
 	for n, i := range elems {
@@ -146,10 +163,15 @@ func decodeBatch(vals []int64, err error, elems []int, reqs []leaseapi.RenewRequ
 			out[i].Err = err
 			continue
 		}
-		switch vals[3*n] {
+		switch vals[2*n] {
 		case statusOK:
 			rec := reqs[i].Record
-			got, _ := grant([]int64{statusOK, int64(rec.Token), vals[3*n+1], vals[3*n+2]}, rec.Key, rec.Owner)
+			e := expiryMicros(vals[2*n+1])
+			got, ok := grant(rec.Key, rec.Owner, int64(rec.Token), e-reqs[i].TTL.Microseconds(), e)
+			if !ok {
+				out[i].Err = protocolError(op, true)
+				continue
+			}
 			out[i].Record = got
 		case statusStale:
 			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")

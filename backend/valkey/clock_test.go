@@ -7,6 +7,7 @@ package valkey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,7 +137,6 @@ func TestLateReplies(t *testing.T) {
 	const owner = "owner-secret-id"
 	key := leaseapi.MustKey("ns", "secret-key")
 	rec := leaseapi.Record{Key: key, Owner: owner, Token: 7, AcquiredAt: time.UnixMicro(now - 10), ExpiresAt: time.UnixMicro(now + 10)}
-	late := []int64{statusLate, now}
 
 	check := func(what string, err error, op string) {
 		t.Helper()
@@ -153,46 +153,56 @@ func TestLateReplies(t *testing.T) {
 			}
 		}
 	}
-	_, err := acquireResult(late, key, owner, "try acquire")
+	nowText := strconv.FormatInt(now, 10)
+	_, got, err := acquireResult(statusLate, nowText, key, owner, time.Second, "try acquire")
 	check("acquire", err, "try acquire")
-	_, err = renewResult(late, rec, "renew")
+	if got != now {
+		t.Errorf("acquire late: server time %d, want %d", got, now)
+	}
+	_, got, err = renewResult(statusLate, nowText, rec, time.Second, "renew")
 	check("renew", err, "renew")
+	if got != now {
+		t.Errorf("renew late: server time %d, want %d", got, now)
+	}
 	out := make([]leaseapi.RenewResult, 2)
 	reqs := []leaseapi.RenewRequest{{Record: rec, TTL: time.Second}, {Record: rec, TTL: time.Second}}
-	decodeBatch(late, nil, []int{0, 1}, reqs, out, "renew batch")
+	got, err = batchLate(statusLate, nowText, "renew batch")
+	decodeBatch(nil, err, []int{0, 1}, reqs, out, "renew batch")
 	for i, r := range out {
 		check("batch element "+strconv.Itoa(i), r.Err, "renew batch")
 	}
-
-	if got, ok := serverTime(late); !ok || got != now {
-		t.Errorf("serverTime(late): got (%d, %v), want (%d, true)", got, ok, now)
+	if got != now {
+		t.Errorf("batch late: server time %d, want %d", got, now)
 	}
-	if got, ok := batchTime(late); !ok || got != now {
-		t.Errorf("batchTime(late): got (%d, %v), want (%d, true)", got, ok, now)
+	// A grant's acquired time is learnt too; no other reply carries one.
+	es := (now+time.Second.Microseconds())/1000 - 1 // the reply's expiry: ms, minus 1
+	if _, got, err := acquireResult(statusOK, fmt.Sprintf("7 %d", es), key, owner, time.Second, "try acquire"); err != nil || got != now {
+		t.Errorf("acquire ok: got (%d, %v), want (%d, nil)", got, err, now)
 	}
-	if got, ok := serverTime([]int64{statusOK, 7, now, now + 10}); !ok || got != now {
-		t.Errorf("serverTime(ok): got (%d, %v), want (%d, true)", got, ok, now)
+	if _, got, err := renewResult(statusOK, strconv.FormatInt(es, 10), rec, time.Second, "renew"); err != nil || got != now {
+		t.Errorf("renew ok: got (%d, %v), want (%d, nil)", got, err, now)
 	}
-	if got, ok := batchTime([]int64{statusStale, 0, 0, statusOK, now, now + 10}); !ok || got != now {
+	if got, ok := batchTime([]int64{statusStale, 0, statusOK, es}, []int{0, 1}, reqs); !ok || got != now {
 		t.Errorf("batchTime(stale, ok): got (%d, %v), want (%d, true)", got, ok, now)
 	}
-	for _, vals := range [][]int64{{statusContended}, {statusStale}, {statusLate}, {statusOK, 7, now}} {
-		if _, ok := serverTime(vals); ok {
-			t.Errorf("serverTime(%v) found a time", vals)
-		}
+	if _, got, _ := acquireResult(statusContended, "", key, owner, time.Second, "try acquire"); got != 0 {
+		t.Errorf("acquire contended found the time %d", got)
 	}
-	if _, ok := batchTime([]int64{statusStale, 0, 0}); ok {
+	if _, got, _ := renewResult(statusStale, "", rec, time.Second, "renew"); got != 0 {
+		t.Errorf("renew stale found the time %d", got)
+	}
+	if _, ok := batchTime([]int64{statusStale, 0}, []int{0}, reqs); ok {
 		t.Error("batchTime(all stale) found a time")
 	}
 
 	// The other statuses keep their kinds.
-	if _, err := acquireResult([]int64{statusContended}, key, owner, "try acquire"); leaseapi.Kind(err) != leaseapi.ErrContended {
+	if _, _, err := acquireResult(statusContended, "", key, owner, time.Second, "try acquire"); leaseapi.Kind(err) != leaseapi.ErrContended {
 		t.Errorf("acquire contended: got %v", err)
 	}
-	if _, err := renewResult([]int64{statusStale}, rec, "renew"); leaseapi.Kind(err) != leaseapi.ErrStaleOwner {
+	if _, _, err := renewResult(statusStale, "", rec, time.Second, "renew"); leaseapi.Kind(err) != leaseapi.ErrStaleOwner {
 		t.Errorf("renew stale: got %v", err)
 	}
-	if _, err := acquireResult([]int64{statusLate}, key, owner, "try acquire"); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
+	if _, _, err := acquireResult(statusLate, "", key, owner, time.Second, "try acquire"); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
 		t.Errorf("acquire with a malformed late reply: got %v, want ErrAmbiguousOutcome (protocol error)", err)
 	}
 }

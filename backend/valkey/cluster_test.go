@@ -106,6 +106,7 @@ func TestCluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			markWaiting(t, waiter, k)
 			if err := holder.Release(t.Context(), rec); err != nil {
 				t.Fatal(err)
 			}

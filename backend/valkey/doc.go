@@ -1,6 +1,11 @@
 // Package valkey is the Valkey and Redis backend of lease, built on
 // valkey-go. It needs Valkey 7.2+ or Redis 7.0+ (script shebangs, TIME in
-// effect-replicated scripts), standalone, behind Sentinel or as a Cluster.
+// effect-replicated scripts, PEXPIRETIME, SET ... PXAT), standalone, behind
+// Sentinel or as a Cluster. This package's tests run on Redis 7.0.15; the
+// layout before the single-string lease value (a hash per lease) also
+// passed them on Valkey 8.0.1, checked outside the project. The current
+// layout uses only commands Valkey 7.2 and 8 have, but has not been run on
+// Valkey.
 //
 //	client, err := vk.NewClient(vk.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 //	...
@@ -19,21 +24,26 @@
 //     EVALSHA (EVAL after NOSCRIPT, which proves the first attempt did not
 //     run). Scripts run atomically on the server, so check and change are
 //     one step. Nothing that changes state is ever resent after a failure.
-//   - Server time. Each script reads the server's TIME once, in
-//     microseconds; liveness ("expires > now") is decided inside the script
-//     from that reading, and AcquiredAt/ExpiresAt of a returned record are
-//     that reading and that reading + TTL (TTL truncated to the microsecond),
-//     so ExpiresAt - AcquiredAt is the granted TTL exactly. The server's key
-//     expiry (PEXPIREAT, set just after the grant's expiry) only cleans up.
-//     The server's clock is the authority: run it slewed (NTP or chrony
-//     without steps), since a forward step shortens every lease at once
-//     (the policy's SafetyMargin absorbs clock rate differences, not steps).
+//   - Server time. The acquire and renew scripts read the server's TIME
+//     once, in microseconds. A grant's ExpiresAt is that reading + TTL (TTL
+//     truncated to the microsecond) rounded up to a whole millisecond, and
+//     its AcquiredAt is ExpiresAt - TTL (the reading rounded up by less
+//     than 1ms), so ExpiresAt - AcquiredAt is the granted TTL exactly. The
+//     lease key expires on the server exactly at ExpiresAt (PXAT of the
+//     millisecond before: the server drops a key once its millisecond
+//     clock is past that), so liveness is the key's existence, decided by
+//     the server's clock with no TIME reading in Validate, Release, Inspect
+//     or Guard. The server's clock is the authority: run it slewed (NTP or
+//     chrony without steps), since a forward step shortens every lease at
+//     once (the policy's SafetyMargin absorbs clock rate differences, not
+//     steps).
 //   - Fencing tokens strictly increase per key across release, expiry and
 //     client reconnects: the counter key is incremented by every
 //     acquisition and is never deleted, expired or decremented by this
 //     package. Tokens are exact up to 2^53 - 1 (Lua numbers are doubles);
-//     an acquisition that would need a larger one fails closed. How it survives server restarts and failovers is the next
-//     section but one.
+//     an acquisition that would need a larger one fails closed. How the
+//     counter survives server restarts and failovers is the next section
+//     but one.
 //   - Compare-and-act: Renew, Validate, Release and Guard compare owner AND
 //     token inside the script. Release is idempotent for the key's latest
 //     grant and refuses ([leaseapi.ErrStaleOwner]) once a later grant exists.
@@ -48,16 +58,22 @@
 // '{', '}' and ':' escaped as %25, %7B, %7D and %3A (so a key's own braces
 // cannot end the tag early, and no two (prefix, key) pairs share a name):
 //
-//	P:{E}:lease         hash: owner, token, acquired, expires (µs since the
-//	                    epoch, server time); deleted by Release, expired by
-//	                    the server 1ms after the grant's expiry
+//	P:{E}:lease         string "TTL:TOKEN:OWNER" (TTL in µs; the first ':'
+//	                    becomes '!' once a waiting contender asked to be
+//	                    told of the release); its expiry is the grant's:
+//	                    PXAT ExpiresAt - 1ms. Deleted by Release.
 //	P:{E}:token         string: the last token issued; never expires
 //	P:{E}:cache:NAME    Guard's cache values ([Store.CacheKey])
 //
+// A grant's AcquiredAt is its lease key's PEXPIRETIME + 1ms - TTL; an
+// operator reads a lease with GET and PEXPIRETIME.
+//
 // Every key of a Store starts with its prefix and a colon, so an ACL user
-// limited to the Store's keys and channel ("~P:*" and "&P:*", plus the
-// commands +evalsha +eval +subscribe, and +wait for [Options.WaitReplicas])
-// can run it, and "SCAN MATCH P:*" lists its keys (both tested). The hash
+// limited to the Store's keys and channel ("~P:*" and "&P:*") and to the
+// commands the Store and its scripts run (+evalsha +eval +subscribe +ping
+// +time +get +mget +set +setrange +exists +incr +del +publish +pexpireat
+// +pexpiretime, plus +wait for [Options.WaitReplicas]) can run it, and
+// "SCAN MATCH P:*" lists its keys (both tested). The hash
 // tag is the escaped lease key alone: the leases of different prefixes with
 // the same key share a cluster slot, never a key.
 //
@@ -67,7 +83,12 @@
 // SCAN anywhere. [Store.Keys] returns the two names for operators' tools.
 //
 // Release notification: the release script PUBLISHes E on the channel
-// "P:released". Each Store holds at most one SUBSCRIBE to its prefix's
+// "P:released", but only for a grant that a waiting contender marked.
+// A TryAcquire made while its Store watches the key (WatchRelease; the
+// runtime's waiting Acquire watches before its first attempt) and found the
+// key held sets the mark byte of the lease value; an unmarked release
+// publishes nothing, which halves its server cost. Each Store holds at most
+// one SUBSCRIBE to its prefix's
 // channel, started lazily by the first WatchRelease, and fans messages out
 // to per-key watchers; releases through the same Store are also delivered
 // to its own watchers at once, without the round trip. Classic PUBLISH was
@@ -124,7 +145,7 @@
 //     is not failover-safe: protect the resource with the token.
 //   - Eviction: with maxmemory, use maxmemory-policy noeviction. An allkeys-*
 //     policy can evict token counters (tokens restart); a volatile-* policy
-//     can evict live lease hashes (a second holder). Under noeviction, a
+//     can evict live lease keys (a second holder). Under noeviction, a
 //     server out of memory refuses every mutation script before it runs
 //     (tested): TryAcquire, Renew (so leases run out: fail closed), Release
 //     and Guard are [leaseapi.ErrBackendUnavailable] and write nothing;
@@ -139,10 +160,13 @@
 // RenewBatch therefore carry a not-after bound: the call's ctx deadline
 // (the runtime gives every backend call its policy's OperationTimeout),
 // translated into server time. The script compares it with its TIME
-// reading before it reads or writes anything else; past it, the script
+// reading after its reads and before any write; past it, the script
 // writes nothing, not even the token counter, and answers "late" with the
 // server's time. A caller still waiting gets [leaseapi.ErrBackendUnavailable]
-// ("not applied"): a definite answer, not an ambiguous one.
+// ("not applied"): a definite answer, not an ambiguous one. (An
+// acquisition that finds the key held answers "contended" without reading
+// TIME: it writes nothing but, for a watching Store, the release mark,
+// which is harmless late or not.)
 //
 // The translation needs no synchronised clocks, only clocks that run at
 // the same rate. Every reply to an acquisition or renewal carries the
@@ -191,7 +215,7 @@
 // writes back (CLIENT PAUSE WRITE), and a fault proxy cuts the client off
 // without the server noticing (faultproxy.Detach keeps the server's end of
 // the connection open), so the server runs the queued script after the
-// deadline and the lease hash and token counter are unchanged
+// deadline and the lease key and token counter are unchanged
 // (TestLateExecutionIsNoop; without a deadline the same script applies).
 // TestLateStatusIsNotApplied makes the estimate too low, as a clock step
 // would, and checks the definite error, that nothing was written, and the
@@ -277,10 +301,10 @@
 //     acquired keeps one small key (about 60 bytes plus the key) forever;
 //     a program that acquires unboundedly many distinct keys grows
 //     accordingly, as with the memory backend.
-//   - Once the server has cleaned up an expired, unreleased grant, Release
-//     of that grant's token returns nil whoever the owner (only the counter
-//     remains, and it proves no later grant exists; nothing is changed).
-//     Before the cleanup, and for live grants, another owner's Release is
+//   - Once a grant has expired unreleased, its lease key is gone, so
+//     Release of that grant's token returns nil whoever the owner (only the
+//     counter remains, and it proves no later grant exists; nothing is
+//     changed). For live grants another owner's Release is
 //     [leaseapi.ErrStaleOwner], as with the memory backend.
 //   - No SPUBLISH, no client-side caching, no Lua functions (FUNCTION LOAD):
 //     scripts are cached per server by EVALSHA.

@@ -356,6 +356,7 @@ func TestWatchersWokenOnReconnect(t *testing.T) {
 	rec := acquireOK(t, holder, k)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		markWaiting(t, waiter, k)
 		if err := holder.Release(t.Context(), rec); err != nil {
 			t.Fatal(err)
 		}

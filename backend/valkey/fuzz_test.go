@@ -54,7 +54,10 @@ func FuzzGrant(f *testing.F) {
 	f.Fuzz(func(t *testing.T, n uint8, status, token, acquired, expires, x5 int64) {
 		all := []int64{status, token, acquired, expires, x5}
 		vals := all[:int(n)%(len(all)+1)]
-		rec, ok := grant(vals, key, owner)
+		rec, ok := leaseapi.Record{}, false
+		if len(vals) == 4 {
+			rec, ok = grant(key, owner, vals[1], vals[2], vals[3])
+		}
 		if !ok {
 			if rec != (leaseapi.Record{}) {
 				t.Errorf("grant(%v) refused the reply but returned %+v", vals, rec)

@@ -3,7 +3,6 @@ package valkey_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +22,7 @@ import (
 // through fault proxies, and a direct client and Store to read the truth.
 type lateEnv struct {
 	srv    *testserver.RedisServer
-	c      vk.Client // direct: TIME, HGETALL, GET
+	c      vk.Client // direct: TIME, GET, PEXPIRETIME
 	direct *valkey.Store
 	prefix string
 }
@@ -69,11 +68,16 @@ func (e *lateEnv) viaProxy(t *testing.T, o valkey.Options) (*faultproxy.Proxy, *
 	return p, s
 }
 
-// state is k's lease hash and token counter as the server holds them.
+// state is k's lease key (value and expiry) and token counter as the
+// server holds them.
 func (e *lateEnv) state(t *testing.T, k leaseapi.Key) string {
 	t.Helper()
 	lk, tk := e.direct.Keys(k)
-	h, err := e.c.Do(t.Context(), e.c.B().Hgetall().Key(lk).Build()).AsStrMap()
+	v, err := e.c.Do(t.Context(), e.c.B().Get().Key(lk).Build()).ToString()
+	if err != nil && !vk.IsValkeyNil(err) {
+		t.Fatal(err)
+	}
+	pet, err := e.c.Do(t.Context(), e.c.B().Pexpiretime().Key(lk).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +85,7 @@ func (e *lateEnv) state(t *testing.T, k leaseapi.Key) string {
 	if err != nil && !vk.IsValkeyNil(err) {
 		t.Fatal(err)
 	}
-	fields := make([]string, 0, len(h))
-	for f, v := range h {
-		fields = append(fields, f+"="+v)
-	}
-	slices.Sort(fields)
-	return "hash{" + strings.Join(fields, " ") + "} counter=" + tok
+	return "lease{" + v + " pxat " + strconv.FormatInt(pet, 10) + "} counter=" + tok
 }
 
 // serverNow reads the server's clock (µs since the epoch).

@@ -29,8 +29,8 @@ func aclUser(t *testing.T, admin vk.Client, name, password string, rules ...stri
 // release channel, and the commands its scripts and subscription run.
 func storeRules(p string) []string {
 	return []string{"~" + p + ":*", "&" + p + ":*", "+evalsha", "+eval", "+subscribe", "+ping", "+hello",
-		"+time", "+get", "+set", "+exists", "+incr", "+del", "+publish", "+pexpireat", "+pexpiretime",
-		"+hmget", "+hset"}
+		"+time", "+get", "+mget", "+set", "+setrange", "+exists", "+incr", "+del", "+publish", "+pexpireat",
+		"+pexpiretime"}
 }
 
 // TestPrefixIsAKeyPrefix runs every operation as an ACL user that may touch
@@ -110,6 +110,7 @@ func TestPrefixIsAKeyPrefix(t *testing.T) {
 	warmWatch(t, s2, s)
 	woke2, stop2 := s2.WatchRelease(k)
 	defer stop2()
+	markWaiting(t, s2, k)
 	if err := s.Release(ctx, rec); err != nil {
 		t.Fatalf("Release: %v", err)
 	}

@@ -3,6 +3,7 @@ package valkey
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -12,7 +13,8 @@ import (
 // Request ids bind every reply to its request.
 //
 // Each script call carries a fresh random id as its last argument, and the
-// script echoes it as the last element of its reply (see wrap in
+// script echoes it in its reply: after the status in the one-line replies
+// ("S ID[ PAYLOAD]"), as the last element of the batch's array (see
 // scripts.go). A reply whose id is not the request's belongs to another
 // request: the client's connection delivered replies out of order, as
 // valkey-go has been seen to do on a pipelined connection that is reset
@@ -56,4 +58,26 @@ func ints(res vk.ValkeyResult, id int64, op string, mutation bool) ([]int64, err
 		return nil, mismatchError(op, mutation)
 	}
 	return vals, nil
+}
+
+// line decodes a one-line script reply "S ID" or "S ID PAYLOAD" to the
+// request whose id text is ida: a failed call is classified, a reply that
+// is not a line of that shape is protocolError, and one with another id
+// (or none) is mismatchError. It returns the status digit and the payload.
+func line(res vk.ValkeyResult, ida, op string, mutation bool) (int, string, error) {
+	if err := res.Error(); err != nil {
+		return 0, "", leaseapi.Wrap(classify(err, mutation), op)
+	}
+	text, err := res.ToString()
+	if err != nil || text == "" || text[0] < '1' || text[0] > '9' || len(text) > 1 && text[1] != ' ' {
+		return 0, "", protocolError(op, mutation)
+	}
+	if len(text) == 1 {
+		return 0, "", mismatchError(op, mutation) // a status without an id
+	}
+	id, payload, _ := strings.Cut(text[2:], " ")
+	if id != ida {
+		return 0, "", mismatchError(op, mutation)
+	}
+	return int(text[0] - '0'), payload, nil
 }

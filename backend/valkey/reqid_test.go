@@ -23,12 +23,13 @@ import (
 // scriptedServer is a minimal RESP2 server: it refuses HELLO (so that
 // valkey-go speaks RESP2 and sends nothing else at connect) and answers
 // every EVALSHA with reply(args), args being the command's arguments after
-// the keys. It is how a test makes the connection deliver a reply that
+// the keys: a string is sent as a bulk string (the scripts' one-line
+// replies), a []string as an array of them (the batch's). It is how a test makes the connection deliver a reply that
 // does not belong to the request, which a real server never does on its
 // own.
 type scriptedServer struct {
 	ln    net.Listener
-	reply atomic.Pointer[func(args []string) []int64]
+	reply atomic.Pointer[func(args []string) any]
 	wg    sync.WaitGroup
 }
 
@@ -53,7 +54,7 @@ func newScriptedServer(t *testing.T) *scriptedServer {
 }
 
 // answer sets the reply to every later script call.
-func (s *scriptedServer) answer(f func(args []string) []int64) { s.reply.Store(&f) }
+func (s *scriptedServer) answer(f func(args []string) any) { s.reply.Store(&f) }
 
 func (s *scriptedServer) serve(c net.Conn) {
 	defer c.Close()
@@ -69,10 +70,14 @@ func (s *scriptedServer) serve(c net.Conn) {
 		switch strings.ToUpper(cmd[0]) {
 		case "EVALSHA", "EVAL":
 			nkeys, _ := strconv.Atoi(cmd[2])
-			vals := (*s.reply.Load())(cmd[3+nkeys:])
-			fmt.Fprintf(w, "*%d\r\n", len(vals))
-			for _, v := range vals {
-				fmt.Fprintf(w, ":%d\r\n", v)
+			switch v := (*s.reply.Load())(cmd[3+nkeys:]).(type) {
+			case string:
+				fmt.Fprintf(w, "$%d\r\n%s\r\n", len(v), v)
+			case []string:
+				fmt.Fprintf(w, "*%d\r\n", len(v))
+				for _, e := range v {
+					fmt.Fprintf(w, "$%d\r\n%s\r\n", len(e), e)
+				}
 			}
 		case "PING":
 			w.WriteString("+PONG\r\n")
@@ -109,11 +114,11 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 	defer s.Close()
 
 	key := leaseapi.MustKey("reqid", "k")
-	now := time.Now().UnixMicro()
+	now := time.Now().UnixMilli() * 1000 // a whole millisecond, as grants are
 
 	// The server time in a reply to another request is not learnt: the
 	// Store has no observation of the server's clock before, nor after.
-	srv.answer(func(args []string) []int64 { return []int64{6, now + 3600e6, 1} }) // late, an hour ahead, id 1
+	srv.answer(func(args []string) any { return fmt.Sprintf("6 1 %d", now+3600e6) }) // late, an hour ahead, id 1
 	if _, err := s.TryAcquire(context.Background(), key, ownerA, time.Second); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
 		t.Fatalf("TryAcquire answered by another request's late reply: got %v, want ErrAmbiguousOutcome", err)
 	}
@@ -131,30 +136,39 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
-	// Each operation, the body of the reply its script gives on success,
+	// Each operation, the reply its script gives on success (status and
+	// payload of a one-line reply, or the batch's array without its id),
 	// and the kind a reply bound to another request must give.
+	es := strconv.FormatInt(exp/1000-1, 10) // the expiry in replies: ms, minus 1
 	ops := []struct {
-		name string
-		body []int64
-		call func() error
-		kind error
+		name            string
+		status, payload string
+		batch           []string
+		call            func() error
+		kind            error
 	}{
-		{"TryAcquire", []int64{1, 7, now, exp}, func() error {
+		{"TryAcquire", "1", "7 " + es, nil, func() error {
 			got, err := s.TryAcquire(ctx, key, ownerA, time.Second)
-			if err == nil && got.Token != 7 {
-				return fmt.Errorf("granted token %d, want 7", got.Token)
+			if err == nil && (got.Token != 7 || !got.ExpiresAt.Equal(rec.ExpiresAt)) {
+				return fmt.Errorf("granted token %d until %v, want 7 until %v", got.Token, got.ExpiresAt, rec.ExpiresAt)
 			}
 			return err
 		}, leaseapi.ErrAmbiguousOutcome},
-		{"Renew", []int64{1, 7, now, exp}, func() error { _, err := s.Renew(ctx, rec, time.Second); return err }, leaseapi.ErrAmbiguousOutcome},
-		{"RenewBatch", []int64{1, now, exp, 1, now, exp}, func() error {
+		{"Renew", "1", es, nil, func() error { _, err := s.Renew(ctx, rec, time.Second); return err }, leaseapi.ErrAmbiguousOutcome},
+		{"RenewBatch", "", "", []string{"1", es, "1", es}, func() error {
 			res := s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: time.Second}, {Record: rec, TTL: time.Second}})
 			return errors.Join(res[0].Err, res[1].Err)
 		}, leaseapi.ErrAmbiguousOutcome},
-		{"Release", []int64{1}, func() error { return s.Release(ctx, rec) }, leaseapi.ErrAmbiguousOutcome},
-		{"Guard", []int64{1}, func() error { return s.Guard(ctx, rec, cacheKey, "v", 0) }, leaseapi.ErrAmbiguousOutcome},
-		{"Validate", []int64{1, now, exp}, func() error { _, err := s.Validate(ctx, rec); return err }, leaseapi.ErrBackendUnavailable},
-		{"Inspect", []int64{5, 9}, func() error {
+		{"Release", "1", "", nil, func() error { return s.Release(ctx, rec) }, leaseapi.ErrAmbiguousOutcome},
+		{"Guard", "1", "", nil, func() error { return s.Guard(ctx, rec, cacheKey, "v", 0) }, leaseapi.ErrAmbiguousOutcome},
+		{"Validate", "1", es + " 1000000:7:" + ownerA, nil, func() error {
+			got, err := s.Validate(ctx, rec)
+			if err == nil && got != rec {
+				return fmt.Errorf("validate: %+v, want %+v", got, rec)
+			}
+			return err
+		}, leaseapi.ErrBackendUnavailable},
+		{"Inspect", "5", "9", nil, func() error {
 			got, held, err := s.Inspect(ctx, key)
 			if err == nil && (held || got.Token != 9) {
 				return fmt.Errorf("inspect: %+v held %v, want free at token 9", got, held)
@@ -162,25 +176,40 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 			return err
 		}, leaseapi.ErrBackendUnavailable},
 	}
-	// The id a reply carries, given the request's (its last argument).
+	// The id a reply carries, given the request's (its last argument);
+	// "" for none.
 	ids := []struct {
 		name string
-		id   func(req int64) []int64
+		id   func(req string) string
 		ok   bool
 	}{
-		{"its own id", func(req int64) []int64 { return []int64{req} }, true},
-		{"another id", func(req int64) []int64 { return []int64{req + 1} }, false},
-		{"no id", func(int64) []int64 { return nil }, false},
-		{"id 0", func(int64) []int64 { return []int64{0} }, false},
+		{"its own id", func(req string) string { return req }, true},
+		{"another id", func(req string) string { n, _ := strconv.ParseInt(req, 10, 64); return strconv.FormatInt(n+1, 10) }, false},
+		{"no id", func(string) string { return "" }, false},
+		{"id 0", func(string) string { return "0" }, false},
 	}
 	for _, op := range ops {
 		for _, id := range ids {
-			srv.answer(func(args []string) []int64 {
-				req, err := strconv.ParseInt(args[len(args)-1], 10, 64)
-				if err != nil || req <= 0 || req >= 1<<53 {
-					t.Errorf("%s: request id argument %q, want an integer in [1, 2^53)", op.name, args[len(args)-1])
+			srv.answer(func(args []string) any {
+				req := args[len(args)-1]
+				if n, err := strconv.ParseInt(req, 10, 64); err != nil || n <= 0 || n >= 1<<53 {
+					t.Errorf("%s: request id argument %q, want an integer in [1, 2^53)", op.name, req)
 				}
-				return append(append([]int64(nil), op.body...), id.id(req)...)
+				got := id.id(req)
+				if op.batch != nil {
+					if got == "" {
+						return op.batch
+					}
+					return append(append([]string(nil), op.batch...), got)
+				}
+				fields := []string{op.status}
+				if got != "" {
+					fields = append(fields, got)
+				}
+				if op.payload != "" {
+					fields = append(fields, op.payload)
+				}
+				return strings.Join(fields, " ")
 			})
 			err := op.call()
 			switch {

@@ -3,6 +3,7 @@ package valkey
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 )
@@ -11,36 +12,60 @@ import (
 // an EVAL fallback on NOSCRIPT (vk.NewLuaScript, never the retryable
 // variant: a mutation is never resent after its reply was lost).
 //
+// The lease key is one string (see "Key layout" in the package doc):
+//
+//	TTL M TOKEN:OWNER        e.g. "30000000:17:worker-1"
+//
+// the granted TTL in µs (digits), one mark byte (':', or '!' once a
+// watching contender asked to be told of the release), then the grant's
+// "token:owner". The key's own expiry (PXAT) is the grant's expiry E, so
+// the key exists exactly while the grant is live, and the grant's acquired
+// time is E - TTL. Nothing in the value needs formatting a number but the
+// token: the TTL is the caller's own text.
+//
 // Conventions shared by every script:
 //
-//   - KEYS[1] is the lease hash {owner, token, acquired, expires}; KEYS[2]
-//     is the token counter or (Guard) the cache key. All share one hash tag.
-//   - Time is the server's TIME in microseconds since the epoch, read once
-//     per script. Liveness is "expires > now", decided here, never by the
-//     server's key expiry (PEXPIREAT only cleans up, strictly after expiry).
-//   - Numbers are passed to redis.call and stored as strings formatted with
-//     "%.0f": Lua's default number formatting uses 14 significant digits and
-//     would corrupt microsecond timestamps.
+//   - KEYS[1] is the lease key; KEYS[2] is the token counter or (Guard) the
+//     cache key. All share one hash tag.
+//   - Liveness is the lease key's existence. E is a whole millisecond
+//     (now + TTL rounded up by less than 1ms; the acquired time E - TTL is
+//     rounded up alike) and the key expires at PXAT E-1: the server drops a
+//     key once its clock's millisecond is past that, that is, from instant
+//     E on. So a grant is live exactly while server time < E, as ExpiresAt
+//     says, with no reading of TIME. Only the scripts that grant or extend
+//     read TIME, once, in microseconds.
+//   - A caller names its grant by the value it expects, "TTL:TOKEN:OWNER"
+//     (for a renewal, with the new TTL). The common case, an unmarked grant
+//     whose TTL is unchanged, is one string comparison, as the floor's. In
+//     any other case the script compares the "token:owner" after the mark
+//     with the one after the first ':' of the expected value: the TTL and
+//     the token are digits, so the first ':' or '!' ends them and no two
+//     (token, owner) pairs compare equal.
+//   - Numbers are turned into text with "%d" (the token: exact for any
+//     integer a double holds exactly) or Lua's own 14-digit formatting
+//     (milliseconds since the epoch: exact until the year 5138). Numbers
+//     are never passed to redis.call as numbers (servers format those
+//     differently).
 //   - Every check precedes the first write, and no write can fail once the
 //     checks passed, so a script that returns a server error wrote nothing.
-//     The "#!lua" shebang makes the server check OOM, replica and cluster
-//     slot constraints before the script runs instead of at its first write.
-//   - The result is an array whose first element is a status code
-//     (statusOK, statusContended, statusStale, statusGone, statusFree,
-//     statusLate).
-//   - Every script's last argument is the request id (reqid.go), and its
-//     reply ends with it: wrap runs the script's body and appends
-//     tonumber(ARGV[#ARGV]) to whatever array it returns. The replies
-//     documented below are the body's, without the id.
+//     (The one exception: INCR of a counter that is not an integer or at
+//     its maximum fails; acquire calls it with pcall and refuses.) The
+//     "#!lua" shebang makes the server check OOM, replica and cluster slot
+//     constraints before the script runs instead of at its first write.
+//   - The reply is one line of text, "S ID" or "S ID PAYLOAD": a status
+//     digit (statusOK, statusContended, statusStale, statusGone,
+//     statusFree, statusLate, statusBadToken), the request id (reqid.go:
+//     every script's last argument, echoed) and the operation's fields.
+//     Only the batched renewal answers with an array (its id last). A
+//     table reply costs the server about as much as a redis.call.
 //   - The scripts that grant or extend (acquire, renew, batched renew) take
 //     a not-after bound as their last argument before the id: server time
 //     in microseconds, "0" for none. When the server's TIME is past it, the
-//     script writes nothing and returns {statusLate, now}; see notAfter in
-//     clock.go. The bound is checked first, before any other read.
+//     script writes nothing and returns "6 ID NOW"; see notAfter in
+//     clock.go. The bound is checked after the reads and before any write.
 //
-// Lua numbers are doubles: tokens and microsecond timestamps stay exact up
-// to 2^53. Microsecond timestamps reach it in the year 2255; tokens are
-// bounded by maxToken.
+// Lua numbers are doubles: microsecond timestamps stay exact up to 2^53
+// (the year 2255); tokens are bounded by maxToken.
 const (
 	statusOK        = 1 // applied; further elements carry the record
 	statusContended = 2 // a live grant exists
@@ -61,153 +86,195 @@ const (
 // operator seeds the counter that high.
 const maxToken = 1<<53 - 1
 
-// wrap makes a script of a body that returns an array: the shebang line
-// (with its flags), then the body as a function whose result gets the
-// request id, the last argument, appended. A body's early returns and its
-// final one are all covered; a runtime error in the body is a server error
-// reply, which carries no id (see classify).
-func wrap(shebang, body string) string {
-	return shebang + "\nlocal function body()" + body + "end\nlocal r = body()\nr[#r+1] = tonumber(ARGV[#ARGV])\nreturn r\n"
-}
-
-// luaNow is the shared prologue: now in microseconds from the server clock.
-const luaNow = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function s(n) return string.format('%.0f', n) end
-`
-
-// luaLate is the not-after check, on the argument named by its caller's
-// local "na" (a number; 0 = no bound).
-const luaLate = `
+// luaTime reads the server's TIME and applies the not-after bound in
+// ARGV[$NA] (placeholders, $NA and $TTL, the callers replace): a script run past it
+// writes nothing and answers "6 ID NOW". Then es is the grant's new
+// expiry minus 1ms (the PXAT value), as text, for the TTL in ARGV[$TTL].
+const luaTime = `local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local na = tonumber(ARGV[$NA])
 if na > 0 and now > na then
-  return {6, now}
+  return '6 ' .. ARGV[#ARGV] .. string.format(' %d', now)
+end
+local es = math.ceil((now + ARGV[$TTL]) / 1000) - 1 .. ''
+`
+
+// luaSame checks that the value in $V (not nil) is the grant the expected
+// value in ARGV[$X] names, whatever its mark and TTL, else runs $FAIL; it
+// leaves i, the position of the value's mark byte. For the uncommon case
+// only: the callers first compare $V with ARGV[$X].
+const luaSame = `local i = string.find($V, '[:!]')
+local j = string.find(ARGV[$X], ':', 1, true)
+if not i or not j or string.sub($V, i + 1) ~= string.sub(ARGV[$X], j + 1) then
+  $FAIL
 end
 `
 
-// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs), id.
-// Returns {statusLate, now}, {statusContended}, {statusBadToken} (the
-// counter is not an integer, is at its maximum or gave a token above
-// maxToken: nothing granted) or {statusOK, token, acquired, expires}.
-var srcAcquire = wrap("#!lua", luaNow+`
-local na = tonumber(ARGV[3])
-`+luaLate+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'expires')
-if h[1] and tonumber(h[2]) > now then
-  return {2}
+// fill replaces placeholders in a script fragment: old, new, old, new...
+func fill(src string, oldnew ...string) string { return strings.NewReplacer(oldnew...).Replace(src) }
+
+// srcAcquire: KEYS lease, token; ARGV owner, ttl (µs), not-after (µs),
+// watching ("1" if the caller waits for a release notification of the key,
+// else "0"), id. Returns "6 ID NOW" (late), "2 ID" (contended), "7 ID"
+// (the counter is not an integer, is at its maximum or gave a token above
+// maxToken: nothing granted) or "1 ID TOKEN ES" (ES: the expiry in ms,
+// minus 1).
+//
+// A contended attempt by a watching caller marks the live grant (the mark
+// byte, SETRANGE of one byte, once per grant), so that its release
+// publishes a notification; an unmarked release publishes nothing. The
+// contended check comes before TIME and the not-after bound: a contended
+// attempt writes nothing but the mark, so it needs neither.
+var srcAcquire = "#!lua\n" + `if ARGV[4] == '1' then
+  local v = redis.call('GET', KEYS[1])
+  if v then
+    local i = string.find(v, '[:!]')
+    if i and string.byte(v, i) ~= 33 then
+      redis.call('SETRANGE', KEYS[1], i - 1, '!')
+    end
+    return '2 ' .. ARGV[5]
+  end
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  return '2 ' .. ARGV[5]
 end
-local tok = redis.pcall('INCR', KEYS[2])
+` + fill(luaTime, "$NA", "3", "$TTL", "2") + `local tok = redis.pcall('INCR', KEYS[2])
 if type(tok) ~= 'number' or tok > 9007199254740991 then
-  return {7}
+  return '7 ' .. ARGV[5]
 end
-local exp = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', s(tok), 'acquired', s(now), 'expires', s(exp))
-redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
-return {1, tok, now, exp}
-`)
+local ts = string.format('%d', tok)
+redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ts .. ':' .. ARGV[1], 'PXAT', es)
+return '1 ' .. ARGV[5] .. ' ' .. ts .. ' ' .. es
+`
 
-// srcRenew: KEYS lease; ARGV owner, token, ttl (µs), not-after (µs), id.
-// Returns {statusLate, now}, {statusStale} or
-// {statusOK, token, acquired, expires}.
-var srcRenew = wrap("#!lua", luaNow+`
-local na = tonumber(ARGV[4])
-`+luaLate+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
-if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
-  return {3}
+// srcRenew: KEYS lease; ARGV expected value (with the new TTL), ttl (µs),
+// not-after (µs), id. Returns "6 ID NOW" (late), "3 ID" (stale) or
+// "1 ID ES". An unmarked grant renewed for the same TTL only gets a new
+// expiry (PEXPIREAT); otherwise the value is rewritten with the new TTL,
+// keeping its mark.
+var srcRenew = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then
+  if not v then
+    return '3 ' .. ARGV[4]
+  end
+` + fill(luaSame, "$V", "v", "$X", "1", "$FAIL", "return '3 ' .. ARGV[4]") + fill(luaTime, "$NA", "3", "$TTL", "2") + `  redis.call('SET', KEYS[1], ARGV[2] .. string.sub(v, i), 'PXAT', es)
+  return '1 ' .. ARGV[4] .. ' ' .. es
 end
-local exp = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'acquired', s(now), 'expires', s(exp))
-redis.call('PEXPIREAT', KEYS[1], s(math.floor(exp / 1000) + 1))
-return {1, tonumber(h[2]), now, exp}
-`)
+` + fill(luaTime, "$NA", "3", "$TTL", "2") + `redis.call('PEXPIREAT', KEYS[1], es)
+return '1 ' .. ARGV[4] .. ' ' .. es
+`
 
-// srcRenewBatch: KEYS lease keys; ARGV owner, token, ttl (µs) per key,
-// then one not-after (µs) for the whole batch, then the id.
-// Returns {statusLate, now}, or status, acquired, expires per key (status
-// statusOK or statusStale; times 0 when stale). All checks run before the
-// first write.
-var srcRenewBatch = wrap("#!lua", luaNow+`
-local na = tonumber(ARGV[3*#KEYS+1])
-`+luaLate+`
-local live = {}
-for i = 1, #KEYS do
-  local h = redis.call('HMGET', KEYS[i], 'owner', 'token', 'expires')
-  live[i] = h[1] and h[1] == ARGV[3*i-2] and h[2] == ARGV[3*i-1] and tonumber(h[3]) > now
+// srcRenewBatch: KEYS lease keys; ARGV expected value, ttl (µs) per key,
+// then one not-after (µs) for the whole batch, then the id. Returns
+// "6 ID NOW" (late), or an array: status (statusOK or statusStale) and ES
+// (0 when stale) per key, then the id. One MGET reads every key before
+// the first write. Only for a standalone server (the keys live on
+// different slots).
+var srcRenewBatch = "#!lua\n" + `local vs = redis.call('MGET', unpack(KEYS))
+local ok = {}
+for k = 1, #KEYS do
+  local v = vs[k]
+  if v == ARGV[2*k-1] then
+    ok[k] = 1
+  elseif v then
+    ok[k] = 2
+` + fill(luaSame, "$V", "v", "$X", "2*k-1", "$FAIL", "ok[k] = false") + `  end
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local na = tonumber(ARGV[2*#KEYS+1])
+if na > 0 and now > na then
+  return '6 ' .. ARGV[#ARGV] .. string.format(' %d', now)
 end
 local out = {}
-for i = 1, #KEYS do
-  if live[i] then
-    local exp = now + tonumber(ARGV[3*i])
-    redis.call('HSET', KEYS[i], 'acquired', s(now), 'expires', s(exp))
-    redis.call('PEXPIREAT', KEYS[i], s(math.floor(exp / 1000) + 1))
-    out[3*i-2] = 1; out[3*i-1] = now; out[3*i] = exp
+for k = 1, #KEYS do
+  if ok[k] then
+    local es = math.ceil((now + ARGV[2*k]) / 1000) - 1 .. ''
+    if ok[k] == 1 then
+      redis.call('PEXPIREAT', KEYS[k], es)
+    else
+      local v = vs[k]
+      redis.call('SET', KEYS[k], ARGV[2*k] .. string.sub(v, string.find(v, '[:!]')), 'PXAT', es)
+    end
+    out[2*k-1] = 1; out[2*k] = es
   else
-    out[3*i-2] = 3; out[3*i-1] = 0; out[3*i] = 0
+    out[2*k-1] = 3; out[2*k] = 0
   end
 end
+out[2*#KEYS+1] = ARGV[#ARGV]
 return out
-`)
+`
 
-// srcValidate: KEYS lease; ARGV owner, token, id. Writes nothing.
-// Returns {statusOK, acquired, expires} or {statusStale}.
-var srcValidate = wrap("#!lua flags=no-writes", luaNow+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires', 'acquired')
-if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
-  return {3}
-end
-return {1, tonumber(h[4]), tonumber(h[3])}
-`)
-
-// srcRelease: KEYS lease, token; ARGV owner, token, channel, message, id.
-// Returns {statusOK} (released and published), {statusGone} (already
-// ended, no later grant: idempotent success) or {statusStale}.
-//
-// A lease hash that is missing was released or cleaned up after expiry;
-// the counter then tells whether rec's grant was the latest one.
-var srcRelease = wrap("#!lua", `
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if not h[1] then
-  if redis.call('GET', KEYS[2]) == ARGV[2] then
-    return {4}
+// srcValidate: KEYS lease; ARGV expected value, id. Writes nothing.
+// Returns "1 ID EXPIRY VALUE" (EXPIRY: the key's PEXPIRETIME, the grant's
+// expiry in ms minus 1; VALUE: the lease value) or "3 ID" (stale).
+var srcValidate = `#!lua flags=no-writes
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then
+  if not v then
+    return '3 ' .. ARGV[2]
   end
-  return {3}
+` + fill(luaSame, "$V", "v", "$X", "1", "$FAIL", "return '3 ' .. ARGV[2]") + `end
+return '1 ' .. ARGV[2] .. ' ' .. redis.call('PEXPIRETIME', KEYS[1]) .. ' ' .. v
+`
+
+// srcRelease: KEYS lease, token; ARGV expected value, id. Returns "1 ID"
+// (released, and published if a watcher marked the grant), "4 ID"
+// (already ended, no later grant: idempotent success) or "3 ID" (stale).
+//
+// A lease key that is missing was released or expired; the counter then
+// tells whether rec's grant was the latest one (the expected value's
+// token: its digits after the first ':'). The notification goes to the
+// channel "P:released" with the message E, both cut from the lease key's
+// name "P:{E}:lease", only when the grant is marked.
+var srcRelease = `#!lua
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return '1 ' .. ARGV[2]
 end
-if h[2] ~= ARGV[2] or h[1] ~= ARGV[1] then
-  return {3}
+if not v then
+  local j = string.find(ARGV[1], ':', 1, true)
+  if j and redis.call('GET', KEYS[2]) == string.match(ARGV[1], '^%d+', j + 1) then
+    return '4 ' .. ARGV[2]
+  end
+  return '3 ' .. ARGV[2]
 end
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], ARGV[4])
-return {1}
-`)
+` + fill(luaSame, "$V", "v", "$X", "1", "$FAIL", "return '3 ' .. ARGV[2]") + `redis.call('DEL', KEYS[1])
+if string.byte(v, i) == 33 then
+  local p, e = string.match(KEYS[1], '^(.*):{([^{}]*)}:lease$')
+  redis.call('PUBLISH', p .. ':released', e)
+end
+return '1 ' .. ARGV[2]
+`
 
 // srcInspect: KEYS lease, token; ARGV id. Writes nothing.
-// Returns {statusOK, token, acquired, expires, owner} for a live grant,
-// else {statusFree, lastToken} with lastToken the counter's text (exact
-// whatever its value).
-var srcInspect = wrap("#!lua flags=no-writes", luaNow+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'acquired', 'expires')
-if h[1] and tonumber(h[4]) > now then
-  return {1, tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), h[1]}
+// Returns "1 ID EXPIRY VALUE" for a live grant (as Validate's), else
+// "5 ID LAST" with LAST the counter's text (exact whatever its value).
+var srcInspect = `#!lua flags=no-writes
+local v = redis.call('GET', KEYS[1])
+if v then
+  return '1 ' .. ARGV[1] .. ' ' .. redis.call('PEXPIRETIME', KEYS[1]) .. ' ' .. v
 end
-return {5, redis.call('GET', KEYS[2]) or '0'}
-`)
+return '5 ' .. ARGV[1] .. ' ' .. (redis.call('GET', KEYS[2]) or '0')
+`
 
-// srcGuard: KEYS lease, cache; ARGV owner, token, value, px (ms, "0" for
-// no expiry), id. Writes the cache key only if rec is the live grant.
-// Returns {statusOK} or {statusStale}.
-var srcGuard = wrap("#!lua", luaNow+`
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'expires')
-if not h[1] or h[1] ~= ARGV[1] or h[2] ~= ARGV[2] or tonumber(h[3]) <= now then
-  return {3}
-end
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+// srcGuard: KEYS lease, cache; ARGV expected value, value, px (ms, "0"
+// for no expiry), id. Writes the cache key only if rec is the live grant.
+// Returns "1 ID" or "3 ID" (stale).
+var srcGuard = `#!lua
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] then
+  if not v then
+    return '3 ' .. ARGV[4]
+  end
+` + fill(luaSame, "$V", "v", "$X", "1", "$FAIL", "return '3 ' .. ARGV[4]") + `end
+if ARGV[3] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 else
-  redis.call('SET', KEYS[2], ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[2])
 end
-return {1}
-`)
+return '1 ' .. ARGV[4]
+`
 
 // The script objects are stateless apart from the SHA-1 they compute once,
 // and safe for concurrent use.

@@ -262,31 +262,51 @@ func micros(ttl time.Duration) string { return strconv.FormatInt(ttl.Microsecond
 
 func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10) }
 
-// grant decodes {status, token, acquired, expires} into a record of key and
-// owner.
-func grant(vals []int64, key leaseapi.Key, owner string) (leaseapi.Record, bool) {
-	if len(vals) != 4 || vals[1] <= 0 || vals[1] > maxToken || vals[3] <= vals[2] {
+// valueArg is the lease value a caller expects for rec's grant with the
+// TTL ttl, unmarked: "TTL:TOKEN:OWNER" (see scripts.go).
+func valueArg(rec leaseapi.Record, ttl time.Duration) string {
+	return micros(ttl) + ":" + tokenArg(rec.Token) + ":" + rec.Owner
+}
+
+// expiryMicros turns a key's PEXPIRETIME (ms, the grant's expiry minus 1ms;
+// see scripts.go) into the grant's expiry in µs.
+func expiryMicros(pexpiretime int64) int64 { return (pexpiretime + 1) * 1000 }
+
+// grant returns the record of key and owner with token tok, acquired at
+// a and expiring at e (µs), if those are a grant's.
+func grant(key leaseapi.Key, owner string, tok, a, e int64) (leaseapi.Record, bool) {
+	if tok <= 0 || tok > maxToken || e <= a || a <= 0 {
 		return leaseapi.Record{}, false
 	}
 	return leaseapi.Record{
 		Key:        key,
 		Owner:      owner,
-		Token:      leaseapi.Token(vals[1]),
-		AcquiredAt: time.UnixMicro(vals[2]),
-		ExpiresAt:  time.UnixMicro(vals[3]),
+		Token:      leaseapi.Token(tok),
+		AcquiredAt: time.UnixMicro(a),
+		ExpiresAt:  time.UnixMicro(e),
 	}, true
 }
 
-// serverTime returns the server time that a reply of the acquire or renew
-// script carries: {statusOK, token, now, expires} or {statusLate, now}.
-func serverTime(vals []int64) (int64, bool) {
-	switch {
-	case len(vals) == 4 && vals[0] == statusOK:
-		return vals[2], true
-	case len(vals) == 2 && vals[0] == statusLate:
-		return vals[1], true
+// parseValue splits a lease value (scripts.go) into its TTL (µs), token
+// and owner.
+func parseValue(v string) (ttl, token int64, owner string, ok bool) {
+	i := strings.IndexAny(v, ":!")
+	if i <= 0 {
+		return 0, 0, "", false
 	}
-	return 0, false
+	ttl, ok1 := parseInt(v[:i])
+	tokText, owner, ok2 := strings.Cut(v[i+1:], ":")
+	token, ok3 := parseInt(tokText)
+	if !ok1 || !ok2 || !ok3 || ttl <= 0 {
+		return 0, 0, "", false
+	}
+	return ttl, token, owner, true
+}
+
+// parseInt is strconv.ParseInt for the decimal fields of a reply.
+func parseInt(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // errLate is the answer to statusLate: the server ran the script after the
@@ -296,40 +316,69 @@ func errLate(op string) error {
 	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "not applied: ran past its deadline")
 }
 
-// acquireResult interprets the acquire script's reply.
-func acquireResult(vals []int64, key leaseapi.Key, owner, op string) (leaseapi.Record, error) {
-	switch {
-	case len(vals) == 2 && vals[0] == statusLate:
-		return leaseapi.Record{}, errLate(op)
-	case len(vals) == 1 && vals[0] == statusContended:
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
-	case len(vals) == 1 && vals[0] == statusBadToken:
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrInvalidState, "token counter exhausted or corrupt: nothing granted")
-	case len(vals) == 0 || vals[0] != statusOK:
-		return leaseapi.Record{}, protocolError(op, true)
+// lateTime returns the server time of a late reply's payload.
+func lateTime(status int, payload string) (int64, bool) {
+	if status != statusLate {
+		return 0, false
 	}
-	rec, ok := grant(vals, key, owner)
-	if !ok {
-		return leaseapi.Record{}, protocolError(op, true)
-	}
-	return rec, nil
+	return parseInt(payload)
 }
 
-// renewResult interprets the renew script's reply to a renewal of rec.
-func renewResult(vals []int64, rec leaseapi.Record, op string) (leaseapi.Record, error) {
-	switch {
-	case len(vals) == 2 && vals[0] == statusLate:
-		return leaseapi.Record{}, errLate(op)
-	case len(vals) == 1 && vals[0] == statusStale:
-		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
-	case len(vals) == 0 || vals[0] != statusOK:
-		return leaseapi.Record{}, protocolError(op, true)
+// acquireResult interprets the acquire script's reply (status and
+// payload, after line) to an acquisition of key by owner for ttl. It also
+// returns the server time the reply carries, if any, for the clock
+// estimate: the grant's acquired time (the script's TIME rounded up by
+// less than 1ms, which only makes the not-after bound more lenient; see
+// clock.go) or the late reply's now.
+func acquireResult(status int, payload string, key leaseapi.Key, owner string, ttl time.Duration, op string) (leaseapi.Record, int64, error) {
+	switch status {
+	case statusLate:
+		now, ok := lateTime(status, payload)
+		if !ok {
+			return leaseapi.Record{}, 0, protocolError(op, true)
+		}
+		return leaseapi.Record{}, now, errLate(op)
+	case statusContended:
+		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrContended, "")
+	case statusBadToken:
+		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrInvalidState, "token counter exhausted or corrupt: nothing granted")
+	case statusOK:
+		tokText, esText, _ := strings.Cut(payload, " ")
+		tok, ok1 := parseInt(tokText)
+		es, ok2 := parseInt(esText)
+		if ok1 && ok2 {
+			e := expiryMicros(es)
+			a := e - ttl.Microseconds()
+			if rec, ok := grant(key, owner, tok, a, e); ok {
+				return rec, a, nil
+			}
+		}
 	}
-	got, ok := grant(vals, rec.Key, rec.Owner)
-	if !ok || got.Token != rec.Token {
-		return leaseapi.Record{}, protocolError(op, true)
+	return leaseapi.Record{}, 0, protocolError(op, true)
+}
+
+// renewResult interprets the renew script's reply to a renewal of rec for
+// ttl, and returns the server time it carries, as acquireResult does.
+func renewResult(status int, payload string, rec leaseapi.Record, ttl time.Duration, op string) (leaseapi.Record, int64, error) {
+	switch status {
+	case statusLate:
+		now, ok := lateTime(status, payload)
+		if !ok {
+			return leaseapi.Record{}, 0, protocolError(op, true)
+		}
+		return leaseapi.Record{}, now, errLate(op)
+	case statusStale:
+		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	case statusOK:
+		if es, ok := parseInt(payload); ok {
+			e := expiryMicros(es)
+			a := e - ttl.Microseconds()
+			if got, ok := grant(rec.Key, rec.Owner, int64(rec.Token), a, e); ok {
+				return got, a, nil
+			}
+		}
 	}
-	return got, nil
+	return leaseapi.Record{}, 0, protocolError(op, true)
 }
 
 // Capabilities implements [leaseapi.Capable]: Inspect, WatchRelease and
@@ -356,7 +405,9 @@ func (s *Store) Capabilities() leaseapi.Capabilities {
 // The request carries a not-after bound derived from ctx's deadline (see
 // "Late execution" in the package doc): a script that the server runs
 // past it writes nothing and the call, if still waiting, gets
-// [leaseapi.ErrBackendUnavailable].
+// [leaseapi.ErrBackendUnavailable]. An attempt that finds the key held while
+// this Store watches it ([Store.WatchRelease]) marks the grant, so that its
+// release is published; that is its only write.
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
 	if s.zero() {
@@ -367,8 +418,12 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	}
 	lk, tk := s.Keys(key)
 	na, sent := s.clock.bound(ctx)
-	id, ida := newRequestID()
-	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na, ida}
+	_, ida := newRequestID()
+	watching := "0"
+	if s.watches.Has(ident(key)) {
+		watching = "1"
+	}
+	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na, watching, ida}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
@@ -376,14 +431,14 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	} else {
 		res = scriptAcquire.Exec(ctx, s.client, keys, args)
 	}
-	vals, err := ints(res, id, op, true)
+	status, payload, err := line(res, ida, op, true)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	if now, ok := serverTime(vals); ok {
+	rec, now, err := acquireResult(status, payload, key, owner, ttl, op)
+	if now > 0 {
 		s.clock.observe(now, sent)
 	}
-	rec, err := acquireResult(vals, key, owner, op)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -446,22 +501,23 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	}
 	lk, _ := s.Keys(rec.Key)
 	na, sent := s.clock.bound(ctx)
-	id, ida := newRequestID()
-	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), micros(ttl), na, ida})
-	return s.decodeRenew(res, id, rec, op, sent)
+	_, ida := newRequestID()
+	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{valueArg(rec, ttl), micros(ttl), na, ida})
+	return s.decodeRenew(res, ida, rec, ttl, op, sent)
 }
 
 // decodeRenew decodes a renew script's reply to request id, sent at local
 // instant sent, learning the server's time from it.
-func (s *Store) decodeRenew(res vk.ValkeyResult, id int64, rec leaseapi.Record, op string, sent int64) (leaseapi.Record, error) {
-	vals, err := ints(res, id, op, true)
+func (s *Store) decodeRenew(res vk.ValkeyResult, ida string, rec leaseapi.Record, ttl time.Duration, op string, sent int64) (leaseapi.Record, error) {
+	status, payload, err := line(res, ida, op, true)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	if now, ok := serverTime(vals); ok {
+	got, now, err := renewResult(status, payload, rec, ttl, op)
+	if now > 0 {
 		s.clock.observe(now, sent)
 	}
-	return renewResult(vals, rec, op)
+	return got, err
 }
 
 // Validate implements [leaseapi.Backend]: the stored record (rec with the
@@ -478,19 +534,41 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 		return leaseapi.Record{}, err
 	}
 	lk, _ := s.Keys(rec.Key)
-	id, ida := newRequestID()
-	vals, err := ints(scriptValidate.Exec(ctx, s.client, []string{lk}, []string{rec.Owner, tokenArg(rec.Token), ida}), id, op, false)
+	_, ida := newRequestID()
+	status, payload, err := line(scriptValidate.Exec(ctx, s.client, []string{lk}, []string{valueArg(rec, rec.GrantedTTL()), ida}), ida, op, false)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	switch {
-	case len(vals) == 3 && vals[0] == statusOK && vals[2] > vals[1]:
-		rec.AcquiredAt, rec.ExpiresAt = time.UnixMicro(vals[1]), time.UnixMicro(vals[2])
-		return rec, nil
-	case len(vals) == 1 && vals[0] == statusStale:
+	switch status {
+	case statusOK:
+		got, ok := liveGrant(payload, rec.Key)
+		if !ok || got.Owner != rec.Owner || got.Token != rec.Token {
+			return leaseapi.Record{}, protocolError(op, false)
+		}
+		return got, nil
+	case statusStale:
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	return leaseapi.Record{}, protocolError(op, false)
+}
+
+// liveGrant decodes "EXPIRY VALUE", the payload of Validate's and
+// Inspect's replies for a live grant, into its record.
+func liveGrant(payload string, key leaseapi.Key) (leaseapi.Record, bool) {
+	pet, v, ok := strings.Cut(payload, " ")
+	if !ok {
+		return leaseapi.Record{}, false
+	}
+	ms, ok := parseInt(pet)
+	if !ok {
+		return leaseapi.Record{}, false
+	}
+	ttl, tok, owner, ok := parseValue(v)
+	if !ok {
+		return leaseapi.Record{}, false
+	}
+	e := expiryMicros(ms)
+	return grant(key, owner, tok, e-ttl, e)
 }
 
 // Release implements [leaseapi.Backend]: one script deletes rec's grant if
@@ -509,21 +587,21 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 		return err
 	}
 	lk, tk, ident := s.names(rec.Key)
-	id, ida := newRequestID()
-	vals, err := ints(scriptRelease.Exec(ctx, s.client, []string{lk, tk},
-		[]string{rec.Owner, tokenArg(rec.Token), s.channel, ident, ida}), id, op, true)
+	_, ida := newRequestID()
+	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk, tk},
+		[]string{valueArg(rec, rec.GrantedTTL()), ida}), ida, op, true)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(vals) == 1 && vals[0] == statusOK:
+	switch status {
+	case statusOK:
 		// Deliver to this Store's own watchers at once; other Stores and
 		// processes learn it from the published message.
 		s.watches.Notify(ident)
 		return nil
-	case len(vals) == 1 && vals[0] == statusGone:
+	case statusGone:
 		return nil
-	case len(vals) == 1 && vals[0] == statusStale:
+	case statusStale:
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	return protocolError(op, true)
@@ -542,58 +620,26 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 		return leaseapi.Record{}, false, err
 	}
 	lk, tk := s.Keys(key)
-	id, ida := newRequestID()
-	arr, err := scriptInspect.Exec(ctx, s.client, []string{lk, tk}, []string{ida}).ToArray()
+	_, ida := newRequestID()
+	status, payload, err := line(scriptInspect.Exec(ctx, s.client, []string{lk, tk}, []string{ida}), ida, op, false)
 	if err != nil {
-		return leaseapi.Record{}, false, leaseapi.Wrap(classify(err, false), op)
+		return leaseapi.Record{}, false, err
 	}
-	if n := len(arr); n == 0 {
-		return leaseapi.Record{}, false, protocolError(op, false)
-	} else if got, err := arr[n-1].AsInt64(); err != nil || got != id {
-		return leaseapi.Record{}, false, mismatchError(op, false)
-	}
-	arr = arr[:len(arr)-1]
-	nums := make([]int64, 0, 4)
-	for i := range arr {
-		if i == 4 || i == 1 && len(arr) == 2 {
-			break // the owner (held) or the counter's text (free)
-		}
-		v, err := arr[i].AsInt64()
+	switch status {
+	case statusFree:
+		tok, err := strconv.ParseUint(payload, 10, 64)
 		if err != nil {
-			return leaseapi.Record{}, false, protocolError(op, false)
-		}
-		nums = append(nums, v)
-	}
-	switch {
-	case len(arr) == 2 && nums[0] == statusFree:
-		tok, ok := counter(arr[1])
-		if !ok {
 			return leaseapi.Record{}, false, protocolError(op, false)
 		}
 		return leaseapi.Record{Key: key, Token: leaseapi.Token(tok)}, false, nil
-	case len(arr) == 5 && nums[0] == statusOK:
-		owner, err := arr[4].ToString()
-		if err != nil {
-			return leaseapi.Record{}, false, protocolError(op, false)
-		}
-		rec, ok := grant(nums, key, owner)
+	case statusOK:
+		rec, ok := liveGrant(payload, key)
 		if !ok {
 			return leaseapi.Record{}, false, protocolError(op, false)
 		}
 		return rec, true, nil
 	}
 	return leaseapi.Record{}, false, protocolError(op, false)
-}
-
-// counter decodes the token counter's value in a reply: its text (exact
-// whatever its size), or an integer.
-func counter(m vk.ValkeyMessage) (uint64, bool) {
-	if text, err := m.ToString(); err == nil {
-		n, err := strconv.ParseUint(text, 10, 64)
-		return n, err == nil
-	}
-	n, err := m.AsInt64()
-	return uint64(n), err == nil && n >= 0
 }
 
 // Guard publishes value under cacheKey only if rec (owner and token) is
@@ -626,16 +672,16 @@ func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value 
 	if !strings.HasPrefix(cacheKey, want) || len(cacheKey) == len(want) || len(cacheKey)-len(want) > MaxCacheNameBytes {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "cache key not made by CacheKey for this lease")
 	}
-	id, ida := newRequestID()
-	vals, err := ints(scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
-		[]string{rec.Owner, tokenArg(rec.Token), value, strconv.FormatInt(ttl.Milliseconds(), 10), ida}), id, op, true)
+	_, ida := newRequestID()
+	status, _, err := line(scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
+		[]string{valueArg(rec, rec.GrantedTTL()), value, strconv.FormatInt(ttl.Milliseconds(), 10), ida}), ida, op, true)
 	if err != nil {
 		return err
 	}
-	switch {
-	case len(vals) == 1 && vals[0] == statusOK:
+	switch status {
+	case statusOK:
 		return nil
-	case len(vals) == 1 && vals[0] == statusStale:
+	case statusStale:
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	return protocolError(op, true)

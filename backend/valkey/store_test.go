@@ -289,6 +289,7 @@ func warmWatch(tb testing.TB, s, pub *valkey.Store) {
 		if err != nil {
 			tb.Fatal(err)
 		}
+		markWaiting(tb, s, k)
 		if err := pub.Release(tb.Context(), rec); err != nil {
 			tb.Fatal(err)
 		}
@@ -299,6 +300,17 @@ func warmWatch(tb testing.TB, s, pub *valkey.Store) {
 		}
 	}
 	tb.Fatal("release subscription not live within 5s")
+}
+
+// markWaiting makes waiter, which watches k, try to acquire k while
+// another owner holds it: the contended attempt marks the grant, so that
+// its release publishes a notification (a release nobody waits for
+// publishes nothing).
+func markWaiting(tb testing.TB, waiter *valkey.Store, k leaseapi.Key) {
+	tb.Helper()
+	if _, err := waiter.TryAcquire(tb.Context(), k, "owner-waiting-0123456789", time.Second); leaseapi.Kind(err) != leaseapi.ErrContended {
+		tb.Fatalf("the waiter's attempt: got %v, want ErrContended", err)
+	}
 }
 
 func TestReleaseNotificationLatency(t *testing.T) {
@@ -319,6 +331,7 @@ func TestReleaseNotificationLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 		ch, stop := waiter.WatchRelease(k)
+		markWaiting(t, waiter, k)
 		start := time.Now()
 		if err := holder.Release(t.Context(), rec); err != nil {
 			t.Fatal(err)
@@ -392,7 +405,8 @@ func TestWatchReleaseOtherKeyAndStop(t *testing.T) {
 	prefix := uniquePrefix()
 	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
 	waiter := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
-	other := newStore(t, newClient(t, addr), valkey.Options{}) // another prefix
+	otherPrefix := uniquePrefix()
+	other := newStore(t, newClient(t, addr), valkey.Options{Prefix: otherPrefix})
 	warmWatch(t, waiter, holder)
 
 	k := leaseapi.MustKey("ns", "watched")
@@ -403,23 +417,29 @@ func TestWatchReleaseOtherKeyAndStop(t *testing.T) {
 	stopNow() // idempotent
 
 	// Releases of other keys, and of the same key under another prefix, do
-	// not notify.
+	// not notify, although someone waits for them (so they publish).
 	for _, tc := range []struct {
-		s *valkey.Store
-		k leaseapi.Key
-	}{{holder, leaseapi.MustKey("ns", "not-watched")}, {other, k}} {
+		s      *valkey.Store
+		k      leaseapi.Key
+		prefix string
+	}{{holder, leaseapi.MustKey("ns", "not-watched"), prefix}, {other, k, otherPrefix}} {
 		rec, err := tc.s.TryAcquire(t.Context(), tc.k, ownerA, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
+		w := newStore(t, newClient(t, addr), valkey.Options{Prefix: tc.prefix})
+		_, wstop := w.WatchRelease(tc.k)
+		markWaiting(t, w, tc.k)
 		if err := tc.s.Release(t.Context(), rec); err != nil {
 			t.Fatal(err)
 		}
+		wstop()
 	}
 	rec, err := holder.TryAcquire(t.Context(), k, ownerA, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	markWaiting(t, waiter, k)
 	if err := holder.Release(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,13 @@ const (
 
 // WatchRelease implements [leaseapi.ReleaseWatcher]. The returned channel
 // receives a value (buffer 1, coalescing) after key is released through
-// any Store with the same prefix on the same server or cluster. stop
-// removes the registration; it is safe to call more than once.
+// this Store, or through any Store with the same prefix on the same server
+// or cluster once this Store's TryAcquire, made while the watch is
+// registered, found the key held: that attempt marks the grant, and only
+// a marked grant's release is published (see "Release notification" in the
+// package doc). The runtime's waiting Acquire watches before its first
+// attempt, so it is told of every release it waits for. stop removes the
+// registration; it is safe to call more than once.
 //
 // The first call starts the Store's single subscription (SUBSCRIBE to the
 // prefix's release channel) in a background goroutine, which exits only

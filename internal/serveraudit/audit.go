@@ -69,6 +69,11 @@ type Log struct {
 	// Notes say what the reader skipped or assumed (a truncated tail, a
 	// rewrite), for the dump.
 	Notes []string `json:"notes,omitempty"`
+	// Rounding is how much later than the change itself a record's
+	// Acquired may lie: Valkey's scripts round the acquired time up to
+	// the millisecond (so that the key's expiry is the grant's), by less
+	// than 1ms; PostgreSQL's is exact (0).
+	Rounding time.Duration `json:"rounding,omitempty"`
 }
 
 // Keys returns the keys the log touches, sorted.
@@ -130,7 +135,8 @@ type grantState struct {
 //     released or ended, or at or after its expiry (server time);
 //   - "foreign-renew", "foreign-release": a renewal or release touches
 //     only the current grant (same owner and token, not released);
-//   - "expired-renew": a renewal happens before the grant's expiry;
+//   - "expired-renew": a renewal happens before the grant's expiry (its
+//     Acquired, less the log's Rounding, is before it);
 //   - "end-without-grant": a Valkey End deletes a lease hash that holds a
 //     grant;
 //   - "unknown": a change the reader could not classify.
@@ -160,7 +166,7 @@ func (l *Log) Check() []Violation {
 			switch {
 			case !g.live || g.owner != r.Owner || g.token != r.Token:
 				out = append(out, Violation{"foreign-renew", fmt.Sprintf("%s: renewal of token %d, current token %d (live %v)", r.Key, r.Token, g.token, g.live), []int{g.seq, r.Seq}})
-			case !r.Acquired.Before(g.expires):
+			case !r.Acquired.Add(-l.Rounding).Before(g.expires):
 				out = append(out, Violation{"expired-renew", fmt.Sprintf("%s: token %d renewed %v after it expired", r.Key, r.Token, r.Acquired.Sub(g.expires)), []int{g.seq, r.Seq}})
 			}
 			if g.live && g.owner == r.Owner && g.token == r.Token {

@@ -13,8 +13,8 @@
 //     statement that changed the row, so the audit row commits (or is lost
 //     in a crash) together with the change. ReadPostgres reads it back.
 //   - Valkey/Redis: the server's append-only file. Redis 7 writes a
-//     script's effects (MULTI, INCR, HSET owner/token/acquired/expires,
-//     PEXPIREAT, EXEC; a lone DEL without MULTI) to the file before it
+//     script's effects (MULTI, INCR, SET of the lease value with PXAT,
+//     EXEC; a renewal's PEXPIREAT; a lone DEL) to the file before it
 //     replies, so the file holds every acknowledged change and every change
 //     whose reply was lost. ReadAOF replays it into records. It needs the
 //     server's directory (a private server), appendonly yes and no AOF
@@ -24,8 +24,11 @@
 //
 // A grant carries owner, token, and the server's acquired and expires
 // times; a renewal the new acquired and expires times. A PostgreSQL release
-// carries owner and token (the row's owner set to NULL). On Valkey a release
-// and the server's cleanup of an expired lease hash are the same command
+// carries owner and token (the row's owner set to NULL). On Valkey the lease
+// value holds the TTL and the key's expiry the grant's expiry, so acquired
+// is expires - TTL: the script's TIME rounded up by less than 1ms
+// (Log.Rounding). A Valkey release
+// and the server's cleanup of an expired lease key are the same command
 // (DEL) and carry no time: such an End record is bracketed by the server
 // times of the records around it in the file (NotBefore, NotAfter), and
 // ends whatever grant is current.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +31,7 @@ func ReadAOF(dir, prefix string) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{Backend: "valkey"}
+	l := &Log{Backend: "valkey", Rounding: time.Millisecond}
 	var cmds []command
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -125,52 +124,113 @@ func parseCommands(b []byte, base int) ([]command, error) {
 }
 
 // replay turns commands into records of the lease keys under prefix.
-// Every record with a server time (the scripts' HSET acquired) also
-// brackets the Ends around it, whatever its prefix.
+//
+// The lease key is a string "TTL M TOKEN:OWNER" whose expiry (PXAT, ms)
+// is the grant's expiry E minus 1ms; the grant's acquired time is E - TTL
+// (see backend/valkey's scripts.go). So:
+//
+//   - SET lease value PXAT when, in a MULTI block that also INCRs the
+//     lease's token counter: a grant;
+//   - SET lease value PXAT when otherwise: a renewal that changed the TTL;
+//   - PEXPIREAT lease when: a renewal (the TTL is the current grant's);
+//   - SETRANGE lease offset "!": a waiting contender's mark, no change to
+//     the grant (skipped);
+//   - DEL or UNLINK: an End.
+//
+// Every record with a server time (a grant's or renewal's acquired time)
+// also brackets the Ends around it, whatever its prefix.
 func replay(cmds []command, prefix string) []Record {
 	var all []Record
 	var txn int64
+	incr := map[string]bool{} // token counters INCRed in the current MULTI block
 	for _, c := range cmds {
 		name := strings.ToUpper(c.args[0])
 		switch name {
 		case "MULTI":
 			txn = int64(c.pos)
+			clear(incr)
 			continue
 		case "EXEC":
 			txn = 0
+			clear(incr)
 			continue
-		case "SELECT", "INCR", "PEXPIREAT", "PUBLISH":
+		case "INCR":
+			if len(c.args) == 2 {
+				incr[c.args[1]] = true
+			}
+			continue
+		case "SELECT", "PUBLISH":
 			continue
 		}
 		if len(c.args) < 2 {
 			continue
 		}
 		switch name {
-		case "HSET", "HMSET":
+		case "SET":
 			r := Record{Seq: c.pos, Key: c.args[1], Txn: txn}
-			fields := map[string]string{}
-			for i := 2; i+1 < len(c.args); i += 2 {
-				fields[c.args[i]] = c.args[i+1]
+			ttl, tok, owner, ok := leaseValue(c.args)
+			when, okWhen := pxat(c.args)
+			if !ok || !okWhen {
+				r.Kind, r.Detail = Unknown, "SET of another shape"
+				all = append(all, r)
+				continue
 			}
-			r.Acquired, r.Expires = micros(fields["acquired"]), micros(fields["expires"])
+			r.Expires = time.UnixMicro((when + 1) * 1000)
+			r.Acquired = r.Expires.Add(-time.Duration(ttl) * time.Microsecond)
 			r.At = r.Acquired
-			_, hasOwner := fields["owner"]
-			switch {
-			case hasOwner && len(fields) == 4:
-				r.Kind, r.Owner = Grant, fields["owner"]
-				r.Token, _ = strconv.ParseUint(fields["token"], 10, 64)
-			case len(fields) == 2 && !r.Acquired.IsZero() && !r.Expires.IsZero():
-				r.Kind = Renew
-			default:
-				r.Kind, r.Detail = Unknown, fmt.Sprintf("HSET of fields %v", keysOf(fields))
+			if strings.HasSuffix(c.args[1], ":lease") && incr[strings.TrimSuffix(c.args[1], ":lease")+":token"] {
+				r.Kind, r.Owner, r.Token = Grant, owner, tok
+			} else {
+				r.Kind, r.Owner, r.Token = Renew, owner, tok
 			}
 			all = append(all, r)
+		case "PEXPIREAT":
+			r := Record{Seq: c.pos, Kind: Renew, Key: c.args[1], Txn: txn}
+			when, err := strconv.ParseInt(c.args[len(c.args)-1], 10, 64)
+			if len(c.args) != 3 || err != nil {
+				r.Kind, r.Detail = Unknown, "PEXPIREAT of another shape"
+			} else {
+				r.Expires = time.UnixMicro((when + 1) * 1000) // Acquired: from the grant's TTL, below
+			}
+			all = append(all, r)
+		case "SETRANGE":
+			if len(c.args) == 4 && c.args[3] == "!" {
+				continue // a waiting contender's mark
+			}
+			all = append(all, Record{Seq: c.pos, Kind: Unknown, Key: c.args[1], Txn: txn, Detail: "SETRANGE of another shape"})
 		case "DEL", "UNLINK":
 			for _, k := range c.args[1:] {
 				all = append(all, Record{Seq: c.pos, Kind: End, Key: k, Txn: txn})
 			}
 		default:
 			all = append(all, Record{Seq: c.pos, Kind: Unknown, Key: c.args[1], Txn: txn, Detail: name})
+		}
+	}
+	// A renewal by PEXPIREAT takes the grant's owner, token and TTL from
+	// the replay (of every prefix: their times bracket the Ends too).
+	type cur struct {
+		owner string
+		token uint64
+		ttl   time.Duration
+	}
+	state := map[string]cur{}
+	for i := range all {
+		r := &all[i]
+		switch r.Kind {
+		case Grant:
+			state[r.Key] = cur{r.Owner, r.Token, r.Expires.Sub(r.Acquired)}
+		case Renew:
+			c, live := state[r.Key]
+			switch {
+			case r.Owner == "" && live:
+				r.Owner, r.Token = c.owner, c.token
+				r.Acquired = r.Expires.Add(-c.ttl)
+				r.At = r.Acquired
+			case r.Owner != "" && live:
+				state[r.Key] = cur{c.owner, c.token, r.Expires.Sub(r.Acquired)}
+			}
+		case End:
+			delete(state, r.Key)
 		}
 	}
 	// Bracket the Ends by the server times around them.
@@ -190,32 +250,46 @@ func replay(cmds []command, prefix string) []Record {
 			all[i].NotAfter = last
 		}
 	}
-	// Keep the lease hashes under prefix; renewals take the grant's
-	// owner and token from the replay.
+	// Keep the lease keys under prefix.
 	var out []Record
-	type cur struct {
-		owner string
-		token uint64
-	}
-	state := map[string]cur{}
 	for _, r := range all {
-		key, ok := leaseKey(r.Key, prefix)
-		if !ok {
-			continue
+		if key, ok := leaseKey(r.Key, prefix); ok {
+			r.Key = key
+			out = append(out, r)
 		}
-		r.Key = key
-		switch r.Kind {
-		case Grant:
-			state[key] = cur{r.Owner, r.Token}
-		case Renew:
-			c := state[key]
-			r.Owner, r.Token = c.owner, c.token
-		case End:
-			delete(state, key)
-		}
-		out = append(out, r)
 	}
 	return out
+}
+
+// leaseValue parses the value of a SET of a lease key: "TTL M TOKEN:OWNER"
+// (M is ':' or '!').
+func leaseValue(args []string) (ttl int64, token uint64, owner string, ok bool) {
+	if len(args) < 3 {
+		return 0, 0, "", false
+	}
+	v := args[2]
+	i := strings.IndexAny(v, ":!")
+	if i <= 0 {
+		return 0, 0, "", false
+	}
+	ttl, err := strconv.ParseInt(v[:i], 10, 64)
+	tokText, owner, cut := strings.Cut(v[i+1:], ":")
+	token, err2 := strconv.ParseUint(tokText, 10, 64)
+	if err != nil || err2 != nil || !cut || ttl <= 0 {
+		return 0, 0, "", false
+	}
+	return ttl, token, owner, true
+}
+
+// pxat returns the PXAT option of a SET command's arguments.
+func pxat(args []string) (int64, bool) {
+	for i := 3; i+1 < len(args); i++ {
+		if strings.EqualFold(args[i], "PXAT") {
+			n, err := strconv.ParseInt(args[i+1], 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // leaseKey maps the lease key "prefix:{ns/name}:lease" back to the key
@@ -235,24 +309,4 @@ func leaseKey(server, prefix string) (string, bool) {
 	}
 	un := strings.NewReplacer("%3A", ":", "%7D", "}", "%7B", "{", "%25", "%")
 	return un.Replace(ns) + "/" + un.Replace(name), true
-}
-
-func micros(s string) time.Time {
-	if s == "" {
-		return time.Time{}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMicro(n)
-}
-
-func keysOf(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

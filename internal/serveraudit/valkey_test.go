@@ -112,8 +112,8 @@ func TestReadAOF(t *testing.T) {
 	}
 	lease, _ := s.Keys(k)
 	calls := script(t, s, k, func(leaseapi.Record) bool {
-		_, err := srv.Do("HGET", lease, "owner")
-		return err != nil // nil reply: the server deleted the hash
+		_, err := srv.Do("GET", lease)
+		return err != nil // nil reply: the key expired, and the server deleted it
 	})
 	l, err := serveraudit.ReadAOF(srv.AppendOnlyDir(), "audit")
 	if err != nil {
@@ -155,7 +155,7 @@ func TestReadAOFDoctored(t *testing.T) {
 	k := leaseapi.MustKey("n", "k")
 	lease, _ := s.Keys(k)
 	script(t, s, k, func(leaseapi.Record) bool {
-		_, err := srv.Do("HGET", lease, "owner")
+		_, err := srv.Do("GET", lease)
 		return err != nil
 	})
 	dir := t.TempDir()
@@ -169,8 +169,8 @@ func TestReadAOFDoctored(t *testing.T) {
 			t.Fatal(err)
 		}
 		if strings.HasSuffix(f, ".incr.aof") {
-			// o3's grant: "token\r\n$1\r\n3" becomes token 2.
-			doctored := strings.Replace(string(b), "$5\r\ntoken\r\n$1\r\n3\r\n", "$5\r\ntoken\r\n$1\r\n2\r\n", 1)
+			// o3's grant: the lease value "1000000:3:o3" becomes token 2.
+			doctored := strings.Replace(string(b), "\r\n1000000:3:o3\r\n", "\r\n1000000:2:o3\r\n", 1)
 			if doctored == string(b) {
 				t.Fatalf("no token 3 in the file")
 			}
