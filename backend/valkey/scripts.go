@@ -193,7 +193,8 @@ for k = 1, #KEYS do
       redis.call('PEXPIREAT', KEYS[k], es)
     else
       local v = vs[k]
-      redis.call('SET', KEYS[k], ARGV[2*k] .. string.sub(v, string.find(v, '[:!]')), 'PXAT', es)
+      local m = string.find(v, '[:!]')
+      redis.call('SET', KEYS[k], ARGV[2*k] .. string.sub(v, m), 'PXAT', es)
     end
     out[2*k-1] = 1; out[2*k] = es
   else
