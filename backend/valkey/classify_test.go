@@ -89,4 +89,17 @@ func TestClassify(t *testing.T) {
 	if valkey.Classify(nil, true) != nil {
 		t.Error("classify(nil) is not nil")
 	}
+	// The driver's error stays reachable for a caller who asks, through
+	// the runtime's re-wrapping too, and only there (never in Error()).
+	var ve *vk.ValkeyError
+	if got := leaseapi.Wrap(valkey.Classify(serverErr, true), "acquire"); !errors.As(got, &ve) {
+		t.Errorf("errors.As(%v, *ValkeyError) is false", got)
+	}
+	var oe *net.OpError
+	if got := leaseapi.Wrap(valkey.Classify(dialErr, true), "acquire"); !errors.As(got, &oe) {
+		t.Errorf("errors.As(%v, *net.OpError) is false", got)
+	}
+	if got := valkey.Classify(context.DeadlineExceeded, true); errors.Is(got, context.DeadlineExceeded) {
+		t.Errorf("a context error during the call is attached as the cause: %v", got)
+	}
 }

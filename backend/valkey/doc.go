@@ -225,12 +225,21 @@
 // # Failure handling
 //
 // Errors are classified once, by type (never by message text), and carry
-// no key, owner, address or server text:
+// no key, owner, address or server text in their message. The driver's
+// error is attached to every classified failure, so errors.As reaches a
+// *vk.ValkeyError or a *net.OpError for a caller who asks (through the
+// runtime's errors too):
 //
 //   - a context already done before the call: [leaseapi.ErrCanceled] or
 //     [leaseapi.ErrTimeout], nothing sent;
 //   - a failed dial, no node known for the slot: nothing was sent,
 //     [leaseapi.ErrBackendUnavailable];
+//   - a refusal that is a configuration failure (a server error reply with
+//     the code NOAUTH or WRONGPASS, or NOPERM: the ACL user may not run
+//     EVALSHA or touch the Store's keys): [leaseapi.ErrBackendUnavailable]
+//     with a detail that starts with "configuration:", which no retry
+//     fixes (Redis 7.0 refuses a command the script itself may not run,
+//     such as TIME, with no error code: that reads as any other refusal);
 //   - a closed valkey-go client (vk.ErrClosing): a call made after Close
 //     is refused unsent, [leaseapi.ErrBackendUnavailable], "client closed".
 //     valkey-go v1.0.79 also answers ErrClosing to a command that was

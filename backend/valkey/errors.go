@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -13,8 +14,20 @@ import (
 // classify maps an error from valkey-go to one sentinel kind. It is the
 // only place this package interprets driver errors, and it uses typed
 // checks only (never the error text, which may carry addresses or server
-// messages). mutation says whether the command may change state.
+// messages; of a server error reply only its code, the first word, as
+// valkey-go's own IsNoScript and IsMoved do). mutation says whether the
+// command may change state. The result's message is fixed text; the
+// driver's error is attached with [leaseapi.WithCause], so a caller can
+// reach it with errors.As (a *vk.ValkeyError, a *net.OpError), never in
+// Error().
 //
+//   - A server error reply whose code says the client is not allowed
+//     (NOAUTH, WRONGPASS: authentication; NOPERM: the ACL user may not run
+//     EVALSHA or touch a key the Store needs) is a configuration failure:
+//     [leaseapi.ErrBackendUnavailable], with a detail that starts with
+//     "configuration:" (retrying does not help; see "Key layout" in the
+//     package doc for the ACL a Store needs). A command the script itself
+//     may not run is refused without a code on Redis 7.0 (see errorCode).
 //   - A server error reply (*vk.ValkeyError: NOSCRIPT already retried,
 //     MOVED after redirection, LOADING, BUSY, OOM, READONLY, CLUSTERDOWN, a
 //     script error...) means the server answered and our script wrote
@@ -43,8 +56,19 @@ func classify(err error, mutation bool) error {
 	if err == nil {
 		return nil
 	}
+	return leaseapi.WithCause(kindOf(err, mutation), err)
+}
+
+// kindOf is classify without the cause.
+func kindOf(err error, mutation bool) error {
 	var ve *vk.ValkeyError
 	if errors.As(err, &ve) {
+		switch errorCode(ve) {
+		case "NOAUTH", "WRONGPASS":
+			return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "configuration: authentication failed (check the client's username and password)")
+		case "NOPERM":
+			return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "configuration: permission denied (the ACL user lacks a key, channel or command the store needs)")
+		}
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "server refused the command")
 	}
 	if errors.Is(err, vk.ErrClosing) {
@@ -60,6 +84,16 @@ func classify(err error, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "context ended before the reply")
 	}
 	return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "reply lost")
+}
+
+// errorCode is a server error reply's code: its first word ("NOPERM",
+// "WRONGPASS", ...). A command that a script may not run is refused by
+// Redis 7.0 with a script error that carries no such code ("The user
+// executing the script can't run this command..."): that one reads as
+// "server refused the command", with the driver's error attached.
+func errorCode(ve *vk.ValkeyError) string {
+	code, _, _ := strings.Cut(ve.Error(), " ")
+	return code
 }
 
 // beforeSend reports errors that prove the command was never written: a
