@@ -483,6 +483,11 @@ func TestRealRenewReplyLost(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)
 		}
+		// Expiries have millisecond resolution (Valkey rounds a grant's
+		// expiry up to the millisecond): let the clock move on by more
+		// than one, so that a renewal that commits must move ExpiresAt
+		// and the check below can see it.
+		pause(ctx, 2*time.Millisecond)
 		deadline := h.Deadline()
 		cut := a.proxy.CutAfterRequest()
 		err = h.Renew(ctx)
