@@ -94,6 +94,7 @@
 // It never retries a mutation on its own except managed renewal, which is
 // a fresh compare-and-renew each time; it never releases on StopManaged;
 // it does not decide capacity (the runtime passes a Gate); and it reports
-// state changes to a hook (Config.OnStateChange) without keeping or
-// counting them.
+// state changes and backend calls to hooks (Config.OnStateChange,
+// Config.OnCall, with clock readings it takes anyway) without keeping or
+// counting them: the runtime counts them.
 package supervisor
