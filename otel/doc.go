@@ -13,7 +13,7 @@
 // A [Producer] reads a client's [runtime.Metrics] at each collection and
 // hands them to the SDK as they are: counters and histograms are exact
 // (counted by the client, not sampled from events), cumulative since the
-// Producer was made. Register it on the reader that exports them:
+// client was made. Register it on the reader that exports them:
 //
 //	p := leaseotel.NewProducer(client)
 //	reader := sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithProducer(p))

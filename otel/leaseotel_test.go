@@ -150,6 +150,9 @@ func TestMetricsThroughManualReader(t *testing.T) {
 		if ms["lease.acquire.duration"].Unit != "s" {
 			t.Errorf("acquire unit: got %q, want s", ms["lease.acquire.duration"].Unit)
 		}
+		if since := f.client.Metrics().Since; since.IsZero() || !acq["client=test,outcome=success"].StartTime.Equal(since) {
+			t.Errorf("start time: got %v, want the client's creation %v", acq["client=test,outcome=success"].StartTime, since)
+		}
 		if got := acq["client=test,outcome=success"].Count; got != n+1 {
 			t.Errorf("acquisitions ok: got %d, want %d", got, n+1)
 		}

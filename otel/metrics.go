@@ -33,7 +33,9 @@ func WithAttributes(kv ...attribute.KeyValue) Option {
 	return func(p *Producer) { p.attrs = append(p.attrs, kv...) }
 }
 
-// NewProducer returns a Producer reading r (a *runtime.Client).
+// NewProducer returns a Producer reading r (a *runtime.Client). Its data
+// points start at the client's creation (Metrics.Since), or at the
+// Producer's when the client reports none.
 func NewProducer(r runtime.MetricsReader, opts ...Option) *Producer {
 	p := &Producer{r: r, now: time.Now}
 	for _, o := range opts {
@@ -60,6 +62,10 @@ var bounds = func() []float64 {
 func (p *Producer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	m := p.r.Metrics()
 	now := p.now()
+	start := p.start
+	if !m.Since.IsZero() && !m.Since.After(now) {
+		start = m.Since // the counters are cumulative from the client's creation
+	}
 	set := func(kv ...attribute.KeyValue) attribute.Set {
 		return attribute.NewSet(append(kv, p.attrs...)...)
 	}
@@ -67,12 +73,12 @@ func (p *Producer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		counts := make([]uint64, len(h.Counts))
 		copy(counts, h.Counts[:])
 		return metricdata.HistogramDataPoint[float64]{
-			Attributes: attrs, StartTime: p.start, Time: now,
+			Attributes: attrs, StartTime: start, Time: now,
 			Count: h.Count(), Bounds: bounds, BucketCounts: counts, Sum: h.Sum.Seconds(),
 		}
 	}
 	point := func(n uint64, attrs attribute.Set) metricdata.DataPoint[int64] {
-		return metricdata.DataPoint[int64]{Attributes: attrs, StartTime: p.start, Time: now, Value: int64(n)}
+		return metricdata.DataPoint[int64]{Attributes: attrs, StartTime: start, Time: now, Value: int64(n)}
 	}
 	counter := func(name, desc, unit string, pts []metricdata.DataPoint[int64]) metricdata.Metrics {
 		return metricdata.Metrics{Name: name, Description: desc, Unit: unit, Data: metricdata.Sum[int64]{
@@ -81,7 +87,7 @@ func (p *Producer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	gauge := func(name, desc, unit string, v int64) metricdata.Metrics {
 		return metricdata.Metrics{Name: name, Description: desc, Unit: unit, Data: metricdata.Sum[int64]{
-			DataPoints:  []metricdata.DataPoint[int64]{{Attributes: set(), StartTime: p.start, Time: now, Value: v}},
+			DataPoints:  []metricdata.DataPoint[int64]{{Attributes: set(), StartTime: start, Time: now, Value: v}},
 			Temporality: metricdata.CumulativeTemporality, IsMonotonic: false,
 		}}
 	}

@@ -223,6 +223,7 @@ type clientMetrics struct {
 	losses       [len(lossCauses)]counter
 	transitions  [nStates][nStates]counter
 	eventDropped counter
+	since        time.Time // when counting started: the client's creation
 }
 
 // acquired records one Acquire/TryAcquire call, waits included.
@@ -309,6 +310,9 @@ type Metrics struct {
 	// StateChangesDropped counts state-change events not delivered to
 	// ClientOptions.OnStateChange (its queue was full, or it panicked).
 	StateChangesDropped uint64
+	// Since is when the counters started (the client's creation, on its
+	// clock); zero with metrics off. Counters are cumulative from it.
+	Since time.Time
 	// Held: leases with a live supervisor; Managed: handles under managed
 	// renewal; Waiting: Acquire/TryAcquire calls in flight. Gauges, read
 	// at the snapshot.
@@ -440,6 +444,7 @@ func (m *clientMetrics) snapshot() Metrics {
 		}
 	}
 	out.StateChangesDropped = m.eventDropped.n.Load()
+	out.Since = m.since
 	return out
 }
 
@@ -508,7 +513,7 @@ func (c *Client) initTelemetry(o ClientOptions, cfg *supervisor.Config) error {
 	}
 	c.tracer = o.Tracer
 	if !o.NoMetrics {
-		c.m = new(clientMetrics)
+		c.m = &clientMetrics{since: c.clk.Now()}
 	}
 	if o.OnStateChange != nil {
 		c.events = newStateQueue(o.OnStateChange, c.hasher, c.m)
