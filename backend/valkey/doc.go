@@ -99,6 +99,20 @@
 // rates that is negligible. The payload names the key (as the key names in
 // the keyspace do): use ACLs if that matters.
 //
+// # Upgrading from the hash layout
+//
+// Earlier versions of this package kept a lease as a hash under
+// "{P:E}:lease" and its counter under "{P:E}:token". Both names changed, so
+// an upgrade must not mix the two:
+//
+//   - Old and new Stores on one prefix do not see each other's leases: stop
+//     every old Store (and let its leases end) before a new one starts.
+//   - The new counters start empty, so tokens would start again at 1, below
+//     the tokens the protected resources have seen. Before the first new
+//     Store starts, copy each old counter to its new name: for every key
+//     "{P:E}:token" (SCAN MATCH "{P:*}:token"), SET "P:{E}:token" to its
+//     value (or to any higher one). The old keys can then be deleted.
+//
 // # Guarded cache publication
 //
 // [Store.Guard] writes a value under a key made by [Store.CacheKey] only if
