@@ -55,3 +55,10 @@ var (
 	AcquireResult = acquireResult
 	RenewResult   = renewResult
 )
+
+// SQL returns every statement s runs, in a fixed order, so that a test can
+// see where its identifiers appear.
+func SQL(s *Store) []string {
+	q := s.q
+	return []string{q.acquire, q.renew, q.validate, q.release, q.inspect, q.renewBatch, q.fence, q.advance, q.sweep, q.check}
+}

@@ -39,11 +39,13 @@ type Options struct {
 	// [a-z_][a-z0-9_]{0,62}; anything else is rejected with
 	// leaseapi.ErrInvalidState rather than quoted.
 	Schema string
-	// Table is the lease table; default [DefaultTable]. Same rule as Schema.
+	// Table is the lease table; default [DefaultTable]. Same rule as
+	// Schema, and it must not be lease_migrations (the version table
+	// [Migrate] keeps in the schema).
 	Table string
 	// FenceTable is the protected-resource table used by
 	// [Store.AdvanceFence] and [Store.FencedWrite]; default
-	// [DefaultFenceTable]. Same rule as Schema; it must differ from Table.
+	// [DefaultFenceTable]. Same rules as Table; it must differ from Table.
 	FenceTable string
 }
 
