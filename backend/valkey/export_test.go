@@ -28,3 +28,8 @@ func SkewClock(s *Store, d time.Duration) {
 	obs := s.clock.last.Load()
 	s.clock.last.Store(&serverClock{server: obs.server + d.Microseconds(), sent: obs.sent})
 }
+
+// Settings returns what New made of a Store's Options.
+func Settings(s *Store) (prefix, channel string, waitReplicas int, waitTimeout time.Duration) {
+	return s.prefix, s.channel, s.waitReplicas, s.waitTimeout
+}

@@ -44,7 +44,8 @@ type Options struct {
 	// survives a failover to one of them. An acquisition that fewer replicas
 	// acknowledge within WaitTimeout is released (best effort) and fails
 	// with [leaseapi.ErrBackendUnavailable]. See "Durability of fencing
-	// tokens" in the package doc. Zero (the default) does not wait.
+	// tokens" in the package doc. Zero (the default) does not wait;
+	// negative is rejected.
 	//
 	// The script and its WAIT are pipelined on one dedicated connection
 	// from valkey-go's blocking pool (ClientOption.BlockingPoolSize bounds
@@ -52,7 +53,8 @@ type Options struct {
 	// its own connection.
 	WaitReplicas int
 
-	// WaitTimeout bounds the WAIT. Zero means [DefaultWaitTimeout]; at most
+	// WaitTimeout bounds the WAIT. Zero means [DefaultWaitTimeout];
+	// otherwise at least 1ms (WAIT counts whole milliseconds) and at most
 	// [leaseapi.MaxOperationTimeout]. It is also capped by half the time left
 	// on the call's context, so that the release that follows a failed WAIT
 	// still has time to run.
