@@ -2,10 +2,12 @@ package valkey_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/testserver"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -99,5 +101,68 @@ func TestRenewKeepsTheGrant(t *testing.T) {
 			}
 		}
 		stop()
+	}
+}
+
+// TestPublishOnlyForAWaiter: a release publishes its notification only
+// when a watching contender marked the grant (the server's own count of
+// PUBLISH calls says so), and a contended attempt by a Store that does not
+// watch the key marks nothing.
+func TestPublishOnlyForAWaiter(t *testing.T) {
+	srv := privateServer(t, testserver.RedisOptions{})
+	c := newClient(t, srv.Addr())
+	prefix := uniquePrefix()
+	s := newStore(t, c, valkey.Options{Prefix: prefix})
+	other := newStore(t, newClient(t, srv.Addr()), valkey.Options{Prefix: prefix})
+	ctx := t.Context()
+	calls := func(cmd string) int64 {
+		t.Helper()
+		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	k := leaseapi.MustKey("ns", "publish")
+	release := func(mark func()) int64 {
+		t.Helper()
+		rec, err := s.TryAcquire(ctx, k, ownerA, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark()
+		before := calls("publish")
+		if err := s.Release(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		return calls("publish") - before
+	}
+	if n := release(func() {}); n != 0 {
+		t.Errorf("a release nobody waited for published %d times, want 0", n)
+	}
+	if n := release(func() {
+		if _, err := other.TryAcquire(ctx, k, ownerB, time.Minute); leaseapi.Kind(err) != leaseapi.ErrContended {
+			t.Fatalf("contended attempt: %v", err)
+		}
+	}); n != 0 {
+		t.Errorf("a release after a contended attempt by a Store that does not watch published %d times, want 0", n)
+	}
+	if n := release(func() {
+		_, stop := other.WatchRelease(k)
+		defer stop()
+		before := calls("setrange")
+		markWaiting(t, other, k)
+		markWaiting(t, other, k)
+		if n := calls("setrange") - before; n != 1 {
+			t.Errorf("two watching attempts wrote the mark %d times, want once", n)
+		}
+	}); n != 1 {
+		t.Errorf("a release a watcher waited for published %d times, want 1", n)
 	}
 }
