@@ -156,3 +156,37 @@ func TestStopAfterACleanReleaseIsNil(t *testing.T) {
 		}
 	})
 }
+
+// TestServeReportsItsOwnRelease: Serve returns the failed release of the
+// term its ctx ended, and a later Serve whose release succeeds does not
+// return that stale error.
+func TestServeReportsItsOwnRelease(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		c, f := newClient(t)
+		var failRelease atomic.Bool
+		s, err := service.New(c, service.Options{Key: leaderKey, Policy: electionPolicy(t),
+			Run: func(ctx context.Context, _ *runtime.Handle) error {
+				<-ctx.Done()
+				if failRelease.Load() {
+					f.Inject(leaseapi.OperationRelease, simtest.FailBeforeSend)
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve := func() error {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			return s.Serve(ctx)
+		}
+		failRelease.Store(true)
+		backendtest.WantKind(t, "Serve with a failed release", serve(), leaseapi.ErrBackendUnavailable)
+		simtest.Advance(10 * time.Second) // the unreleased lease runs out
+		failRelease.Store(false)
+		backendtest.WantKind(t, "Serve with a clean release", serve(), leaseapi.ErrTimeout)
+		if err := s.Stop(t.Context()); err != nil {
+			t.Fatalf("Stop after a clean Serve: %v", err)
+		}
+	})
+}

@@ -186,6 +186,9 @@ func (s *Singleton) Serve(ctx context.Context) error {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil context")
 	}
 	served := s.run.Serve(func() {
+		s.mu.Lock()
+		s.stopErr = nil // a previous Serve's release is not this one's
+		s.mu.Unlock()
 		lctx, cancel := context.WithCancel(ctx)
 		stopOnStop := context.AfterFunc(s.life, cancel)
 		s.loop(lctx)
