@@ -59,7 +59,9 @@
 // # Failure handling
 //
 // A lease that cannot be taken (backend unavailable, ambiguous, capacity)
-// leaves the delivery to the source's redelivery (Failed). A failed
+// leaves the delivery to the source's redelivery (Failed), and the worker
+// pauses Backoff before the next Receive, so a down backend does not
+// drain the source into failures. A failed
 // Receive is retried after Backoff (at least [MinBackoff]). A lease lost
 // during the handler cancels its ctx and leaves the item (Lost). Every
 // delivery is reported once through Options.OnEvent; the package never

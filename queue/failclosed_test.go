@@ -321,3 +321,34 @@ func TestTypedNilSource(t *testing.T) {
 		backendtest.WantKind(t, "New(typed nil source)", err, leaseapi.ErrInvalidState)
 	})
 }
+
+// TestDownBackendPausesTheWorker: with the backend down, a worker does not
+// take delivery after delivery at once (each then waits out its
+// visibility timeout unprocessed): after each item whose lease it could
+// not get it pauses Backoff; when the backend is back every item is acked.
+func TestDownBackendPausesTheWorker(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		c, f := newClient(t, backendtest.MemoryStore(t))
+		src := newSource(t, 10*time.Second)
+		for i := range 100 {
+			_ = src.Put(string(rune('a'+i%26))+string(rune('a'+i/26)), nil)
+		}
+		ev := &events{}
+		w, err := queue.New(c, src, queue.Options{Policy: itemPolicy(t), Handler: okHandler, OnEvent: ev.add, Backoff: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.SetMode(simtest.Down)
+		backendtest.Start(t, w)
+		simtest.Advance(time.Second)
+		if n := ev.count(queue.Failed); n > 11 {
+			t.Fatalf("%d deliveries failed in 1s with a 100ms backoff, want at most 11", n)
+		}
+		backendtest.WantKind(t, "lease while down", ev.all()[0].Err, leaseapi.ErrBackendUnavailable)
+		f.SetMode(simtest.Pass)
+		simtest.Advance(time.Minute)
+		if src.Len() != 0 {
+			t.Fatalf("%d items left after the backend came back", src.Len())
+		}
+	})
+}

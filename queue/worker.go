@@ -149,9 +149,10 @@ type Options struct {
 	// Err is a *PanicError (a panic in that call is dropped); the worker
 	// goes on.
 	OnEvent func(Event)
-	// Backoff is the pause after a failed Receive or a delivery that is no
-	// item. Zero means Policy.RenewRetry(). Negative is invalid; below
-	// MinBackoff is raised to MinBackoff.
+	// Backoff is the pause after a failed Receive, a delivery that is no
+	// item, or an item whose lease the backend could not give (other than
+	// contention). Zero means Policy.RenewRetry(). Negative is invalid;
+	// below MinBackoff is raised to MinBackoff.
 	Backoff time.Duration
 }
 
@@ -404,8 +405,9 @@ func (w *Worker) pause() bool {
 }
 
 // process handles one delivery under the item's lease. It returns false
-// when the delivery was no item (its ID cannot name a lease): the caller
-// then pauses, as after a failed Receive. Every event of the delivery is
+// when the delivery was no item (its ID cannot name a lease) or its lease
+// could not be taken for another reason than contention: the caller then
+// pauses, as after a failed Receive. Every event of the delivery is
 // emitted after the lease was released, with the release's error.
 func (w *Worker) process(it Item) bool {
 	ev := Event{ItemID: it.ID}
@@ -424,12 +426,18 @@ func (w *Worker) process(it Item) bool {
 	}
 	h, err := w.c.TryAcquire(ctx, key, w.o.Policy)
 	if err != nil {
-		ev.Outcome, ev.Err = Failed, err
 		if leaseapi.Kind(err) == leaseapi.ErrContended {
-			ev.Outcome, ev.Err = Contended, nil
+			ev.Outcome = Contended
+			w.emit(ev)
+			return true
 		}
+		// The backend gave no lease (unavailable, ambiguous, capacity, a
+		// closed client): pause rather than take the next delivery at
+		// once, which would drain the source into failures as fast as the
+		// backend can fail.
+		ev.Outcome, ev.Err = Failed, err
 		w.emit(ev)
-		return true
+		return false
 	}
 	ev.Token = h.Token()
 	m, err := h.StartManaged(ctx)
