@@ -156,7 +156,9 @@ func (s *Supervisor) arm(at time.Time) {
 // release on close, by the close context), by the policy's
 // OperationTimeout and, for renew and validate, by the remaining trust: a
 // reply after the deadline could not restore admission anyway, so none is
-// sent at or after it.
+// sent at or after it. On the wall clock the bound is a context shared
+// with the calls of other leases that end in the same slot of time
+// (deadline.go), which may end it up to 1/64 of it early.
 func (s *Supervisor) perform(c *callSpec, out *outcome) {
 	parent := s.cfg.Life
 	if c.onClose {
@@ -175,7 +177,11 @@ func (s *Supervisor) perform(c *callSpec, out *outcome) {
 		}
 	}
 	ctx, cancel := parent, context.CancelFunc(nil)
-	if !s.cfg.Unbounded {
+	switch {
+	case s.cfg.Unbounded:
+	case s.cfg.shared != nil && !c.onClose && timeout >= minShared:
+		ctx = s.cfg.shared.context(sentAt, timeout) // shared: never canceled here
+	default:
 		ctx, cancel = s.cfg.Clock.WithTimeout(parent, timeout)
 	}
 	switch c.op {

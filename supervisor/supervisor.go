@@ -113,6 +113,10 @@ type Config struct {
 	// Renewer performs renewals; nil means Backend.Renew. The runtime
 	// passes a batching renewer for backends that renew in batches.
 	Renewer Renewer
+
+	// shared bounds the calls on the wall clock (deadline.go); set by
+	// Defaults when WallClock is set.
+	shared *deadlines
 }
 
 // Grant is the acquisition a supervisor starts from: the record and the
@@ -182,13 +186,17 @@ func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 }
 
 // Defaults fills in the zero fields of cfg that have defaults (Life,
-// Renewer) and returns cfg; call it once before sharing cfg.
+// Renewer), prepares the shared call bounds of the wall clock, and returns
+// cfg; call it once, after setting the other fields and before sharing cfg.
 func (cfg *Config) Defaults() *Config {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
 	}
 	if cfg.Renewer == nil {
 		cfg.Renewer = cfg.Backend
+	}
+	if cfg.WallClock && !cfg.Unbounded {
+		cfg.shared = newDeadlines(cfg.Life)
 	}
 	return cfg
 }

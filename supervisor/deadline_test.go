@@ -1,0 +1,88 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestSharedDeadlineBound: a shared context ends no later than the call's
+// own bound, and less than one slot (at most 1/64 of the bound) earlier.
+func TestSharedDeadlineBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ds := newDeadlines(context.Background())
+		for _, d := range []time.Duration{minShared, 100 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
+			for _, skew := range []time.Duration{0, 1, 999 * time.Microsecond, 3 * time.Millisecond, 17 * time.Millisecond} {
+				time.Sleep(skew) // a send instant anywhere in a slot
+				sentAt := time.Now()
+				dl, ok := ds.context(sentAt, d).Deadline()
+				if !ok {
+					t.Fatalf("d=%v: shared context has no deadline", d)
+				}
+				if dl.After(sentAt.Add(d)) {
+					t.Fatalf("d=%v: deadline %v after the bound %v", d, dl, sentAt.Add(d))
+				}
+				if q := slotOf(d); q > d/64 || !dl.After(sentAt.Add(d-q)) {
+					t.Fatalf("d=%v: deadline %v more than a slot (%v) before the bound %v", d, dl, q, sentAt.Add(d))
+				}
+			}
+		}
+	})
+}
+
+// TestSharedDeadlineShared: calls whose bounds end in one slot share one
+// context, and asking for it allocates nothing.
+func TestSharedDeadlineShared(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ds := newDeadlines(context.Background())
+		d := 2 * time.Second
+		// Start at a slot boundary so that the next steps stay in the slot.
+		now := time.Now()
+		q := slotOf(d)
+		time.Sleep(q - time.Duration(now.Add(d).UnixNano()%int64(q)))
+		first := ds.context(time.Now(), d)
+		time.Sleep(q / 2)
+		if got := ds.context(time.Now(), d); got != first {
+			t.Fatal("two calls ending in one slot got different contexts")
+		}
+		if n := testing.AllocsPerRun(100, func() { ds.context(time.Now(), d) }); n != 0 {
+			t.Fatalf("allocations per call in a cached slot: got %v, want 0", n)
+		}
+		time.Sleep(q)
+		if got := ds.context(time.Now(), d); got == first {
+			t.Fatal("a call ending in the next slot got the previous slot's context")
+		}
+	})
+}
+
+// TestSharedDeadlineEnds: a shared context ends with DeadlineExceeded at
+// its deadline, and with Canceled at once when the client's life ends.
+func TestSharedDeadlineEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		life, cancel := context.WithCancel(context.Background())
+		ds := newDeadlines(life)
+		ctx := ds.context(time.Now(), time.Second)
+		dl, _ := ctx.Deadline()
+		time.Sleep(time.Until(dl) - time.Nanosecond)
+		if ctx.Err() != nil {
+			t.Fatalf("before the deadline: got %v, want nil", ctx.Err())
+		}
+		<-ctx.Done()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || time.Now().Before(dl) {
+			t.Fatalf("at the deadline: got %v at %v, want DeadlineExceeded at %v", ctx.Err(), time.Now(), dl)
+		}
+
+		ctx = ds.context(time.Now(), time.Second)
+		cancel()
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("life ended: the shared context is not done")
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("life ended: got %v, want Canceled", ctx.Err())
+		}
+	})
+}
