@@ -75,7 +75,8 @@ type ClientOptions struct {
 	Tracer Tracer
 	// KeyHasher hashes keys for state changes and traces. Nil draws a
 	// random secret for this client; share one across a fleet to follow a
-	// lease from process to process.
+	// lease from process to process. A non-nil one must come from
+	// NewKeyHasher (a zero KeyHasher's secret is known to everyone).
 	KeyHasher *KeyHasher
 }
 
@@ -138,11 +139,20 @@ type Client struct {
 }
 
 // NewClient returns a Client for backend b. It does no I/O and starts no
-// goroutine. A nil backend or out-of-range bounds are ErrInvalidState.
+// goroutine. A nil backend, out-of-range bounds, an option that is a nil
+// pointer or func inside a non-nil interface (a typed-nil Clock, Owners,
+// Sleeper, Retry or Tracer, which would panic on first use) and a
+// KeyHasher not made by NewKeyHasher are ErrInvalidState.
 func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	const op = "new client"
 	if b == nil || isNilPointer(b) {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "nil backend")
+	}
+	if isNilPointer(o.Clock) || isNilPointer(o.Owners) || isNilPointer(o.Sleeper) || isNilPointer(o.Retry) || isNilPointer(o.Tracer) {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "typed-nil option")
+	}
+	if o.KeyHasher != nil && *o.KeyHasher == (KeyHasher{}) {
+		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "key hasher not made by NewKeyHasher")
 	}
 	if o.MaxWaiters > MaxClientWaiters {
 		return nil, leaseapi.NewError(op, leaseapi.ErrInvalidState, "max waiters out of range")
@@ -213,11 +223,12 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-// isNilPointer reports whether b is a typed nil pointer (a nil *memory.Store
-// in a Backend interface), which would panic on its first call.
-func isNilPointer(b leaseapi.Backend) bool {
-	v := reflect.ValueOf(b)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+// isNilPointer reports whether v is a typed nil pointer or func (a nil
+// *memory.Store in a Backend interface), which would panic on its first
+// call. A nil interface is not one (it means "unset").
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return (r.Kind() == reflect.Pointer || r.Kind() == reflect.Func) && r.IsNil()
 }
 
 func cmpOr(v, def uint32) uint32 {
