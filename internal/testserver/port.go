@@ -43,6 +43,18 @@ func (r *reservedPort) release() {
 	}
 }
 
+// portLockDir is the directory of the port lock files: under /tmp when
+// there is one, whatever TMPDIR says, so that test binaries run with
+// different TMPDIRs still see each other's reservations; otherwise under
+// os.TempDir().
+func portLockDir() string {
+	parent := "/tmp"
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		parent = os.TempDir()
+	}
+	return filepath.Join(parent, "leasekit-testserver-ports")
+}
+
 // portTries bounds the random draws of reservePort.
 const portTries = 200
 
@@ -54,8 +66,11 @@ func reservePort() (*reservedPort, error) {
 	for _, r := range ranges {
 		total += r[1] - r[0] + 1
 	}
-	dir := filepath.Join(os.TempDir(), "leasekit-testserver-ports")
+	dir := portLockDir()
 	useLocks := os.MkdirAll(dir, 0o777) == nil
+	if useLocks {
+		_ = os.Chmod(dir, 0o1777|os.ModeSticky) // shared by every user's test binaries; best effort
+	}
 	var lastErr error = errors.New("no port tried")
 	for range portTries {
 		n := rand.IntN(total)
@@ -70,17 +85,18 @@ func reservePort() (*reservedPort, error) {
 		}
 		var lock *os.File
 		if useLocks {
-			f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDWR|os.O_CREATE, 0o666)
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDONLY|os.O_CREATE, 0o644) // flock needs no write access
+			switch {
+			case err != nil:
+				// Not ours to lock (another user's file): the bind check
+				// below still applies.
+			case syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil:
 				f.Close() // another test binary holds it
-				lastErr = err
+				lastErr = fmt.Errorf("port %d reserved by another test binary", port)
 				continue
+			default:
+				lock = f
 			}
-			lock = f
 		}
 		l, err := net.Listen("tcp", Addr(port))
 		if err != nil {

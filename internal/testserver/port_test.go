@@ -42,7 +42,7 @@ func TestReservePort(t *testing.T) {
 		if r.lock == nil {
 			t.Skip("lock directory unusable here")
 		}
-		f, err := os.Open(filepath.Join(os.TempDir(), "leasekit-testserver-ports", strconv.Itoa(port)))
+		f, err := os.Open(filepath.Join(portLockDir(), strconv.Itoa(port)))
 		if err != nil {
 			t.Fatal(err)
 		}
