@@ -27,6 +27,7 @@ package memory
 import (
 	"context"
 	"math"
+	"reflect"
 	"sync"
 	"time"
 
@@ -70,8 +71,13 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
-// New returns an empty Store. It does no I/O and starts nothing.
+// New returns an empty Store. It does no I/O and starts nothing. A Clock
+// that is a nil pointer or func inside the interface (which would panic on
+// the first operation) is leaseapi.ErrInvalidState.
 func New(o Options) (*Store, error) {
+	if v := reflect.ValueOf(o.Clock); (v.Kind() == reflect.Pointer || v.Kind() == reflect.Func) && v.IsNil() {
+		return nil, leaseapi.NewError("new store", leaseapi.ErrInvalidState, "typed-nil clock")
+	}
 	clk := o.Clock
 	if clk == nil {
 		clk = realClock{}
