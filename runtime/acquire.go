@@ -206,12 +206,12 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		c.releaseQuietly(rec, p)
 		return nil, leaseapi.NewError(op, leaseapi.ErrTimeout, "grant arrived after its deadline")
 	}
-	s, err := c.register(p, rec, sentAt, recvAt)
+	h, err := c.register(p, rec, sentAt, recvAt)
 	if err != nil {
 		c.releaseQuietly(rec, p)
 		return nil, err
 	}
-	return &Handle{c: c, s: s}, nil
+	return h, nil
 }
 
 // resolve settles an acquisition whose reply was lost by reading the key,

@@ -261,7 +261,7 @@ func (c *Client) Held() int {
 // register starts the supervisor of a fresh grant. It starts nothing and
 // returns an error if the client is closed (ErrInvalidState) or already
 // holds MaxHeld handles (ErrCapacity); the caller then gives the grant back.
-func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*supervisor.Supervisor, error) {
+func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*Handle, error) {
 	const op = "acquire"
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -271,9 +271,17 @@ func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt
 	if !c.held.Enter() {
 		return nil, errMaxHeld
 	}
-	s := supervisor.Start(c.sup, p, supervisor.Grant{Record: rec, SentAt: sentAt, RecvAt: recvAt})
-	c.sups[s] = struct{}{}
-	return s, nil
+	hs := new(handleSupervisor) // one allocation for both
+	hs.h = Handle{c: c, s: &hs.s}
+	supervisor.StartIn(&hs.s, c.sup, p, supervisor.Grant{Record: rec, SentAt: sentAt, RecvAt: recvAt})
+	c.sups[&hs.s] = struct{}{}
+	return &hs.h, nil
+}
+
+// handleSupervisor is a Handle allocated together with its Supervisor.
+type handleSupervisor struct {
+	h Handle
+	s supervisor.Supervisor
 }
 
 var errMaxHeld = leaseapi.NewError("acquire", leaseapi.ErrCapacity, "max held")

@@ -177,12 +177,20 @@ type Supervisor struct {
 // Lost, Expired) or cfg.Life ends (then it releases the lease first);
 // Done is closed as it exits.
 func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
-	s := &Supervisor{cfg: cfg, policy: p}
+	s := new(Supervisor)
+	StartIn(s, cfg, p, g)
+	return s
+}
+
+// StartIn is Start on a zero Supervisor the caller allocated, typically
+// inside a larger struct (the runtime allocates a Handle and its
+// Supervisor together): s must not be copied or reused afterwards.
+func StartIn(s *Supervisor, cfg *Config, p leaseapi.Policy, g Grant) {
+	s.cfg, s.policy = cfg, p
 	s.inbox.Init(inboxSize)
 	s.st = newCore(&s.policy, g)
 	s.publish()
 	go s.run()
-	return s
 }
 
 // Defaults fills in the zero fields of cfg that have defaults (Life,
