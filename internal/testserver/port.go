@@ -15,9 +15,10 @@ import (
 // A private server's port must stay ours for the server's whole life,
 // restarts included (Restart keeps the address, and between the old
 // process's exit and the new one's bind nothing holds the port). A port
-// that was merely free a moment ago (FreePort) can be taken in that gap by
-// any listener on port 0 or any outgoing connection, since the kernel hands
-// those out from the same ephemeral range. So servers get their ports from
+// that was merely free a moment ago (one a port-0 listener got and closed)
+// can be taken in that gap by any listener on port 0 or any outgoing
+// connection, since the kernel hands those out from the same ephemeral
+// range. So servers get their ports from
 // reservePort instead:
 //
 //   - ports outside the kernel's ephemeral range (ip_local_port_range), which

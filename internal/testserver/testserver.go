@@ -12,19 +12,6 @@ import (
 // ErrNoServer means neither the environment nor PATH offers a server.
 var ErrNoServer = errors.New("testserver: no server available")
 
-// FreePort returns a loopback TCP port that was free a moment ago. Anything
-// may take it since (another listener on port 0, an outgoing connection), so
-// it is no address "nothing listens on" (use a [Refuser]) and no port to
-// start a server on later (the private servers here reserve theirs).
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // FindBinary returns the first of names found on PATH or, failing that, in
 // one of the directories matched by the glob patterns in extra (Debian keeps
 // PostgreSQL's server binaries in /usr/lib/postgresql/*/bin).
