@@ -28,8 +28,8 @@ import (
 // involved), and checks the bound where the mutation takes effect, with
 // everything it waited for already held. A request past its bound writes
 // nothing: no token, no expiry, no mark; a caller that still waits gets a
-// definite error ([ErrBackendUnavailable] "not applied", or the context's
-// error), never a grant. A call without a ctx deadline carries no bound.
+// definite error ([LateError]: [ErrBackendUnavailable] "not applied", or
+// the context's error), never a grant. A call without a ctx deadline carries no bound.
 // The bound covers waiting inside the backend only, not the network before
 // it. simtest.Conformance checks the rule when its harness can hold a
 // request back (simtest.LateRig).

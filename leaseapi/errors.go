@@ -180,6 +180,16 @@ func ContextError(op string, ctxErr error) error {
 	return Wrap(ctxErr, op)
 }
 
+// LateError is the error of a mutation that a backend executed past its
+// not-after bound and that therefore wrote nothing (see [Backend]): it is
+// definite, so [ErrBackendUnavailable] with the detail "not applied: ran
+// past its deadline", never [ErrAmbiguousOutcome]. op is the operation name
+// (fixed text). Every backend that reports a late statement uses it, so the
+// answer reads the same whatever the backend.
+func LateError(op string) error {
+	return &opError{op: op, kind: ErrBackendUnavailable, detail: "not applied: ran past its deadline"}
+}
+
 // ContextCause returns context.DeadlineExceeded or context.Canceled if err
 // matches one of them (through any wrapping), and nil otherwise: the test
 // backends use to tell a context ending from any other failure.

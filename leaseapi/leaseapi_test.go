@@ -76,6 +76,7 @@ func TestErrorsMatchExactlyOneSentinel(t *testing.T) {
 		leaseapi.Wrap(context.Canceled, "op"),
 		leaseapi.Wrap(fmt.Errorf("driver: %w", context.DeadlineExceeded), "op"),
 		leaseapi.ContextError("op", context.DeadlineExceeded),
+		leaseapi.LateError("op"),
 	)
 	for _, err := range errs {
 		n := 0
@@ -106,6 +107,10 @@ func TestErrorsMatchExactlyOneSentinel(t *testing.T) {
 	amb := leaseapi.Wrap(errors.Join(leaseapi.ErrAmbiguousOutcome, context.DeadlineExceeded), "op")
 	if errors.Is(amb, context.DeadlineExceeded) {
 		t.Fatalf("an ambiguous outcome must not pose as the caller's deadline: %v", amb)
+	}
+	late := leaseapi.LateError("renew")
+	if !errors.Is(late, leaseapi.ErrBackendUnavailable) || late.Error() != "lease: renew: backend unavailable: not applied: ran past its deadline" {
+		t.Fatalf("late: got %q, want a definite ErrBackendUnavailable saying not applied", late)
 	}
 	if leaseapi.Wrap(nil, "op") != nil || leaseapi.Kind(nil) != nil {
 		t.Fatal("nil must stay nil")

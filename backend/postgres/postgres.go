@@ -309,13 +309,6 @@ func budget(ctx context.Context) *int64 {
 	return &b
 }
 
-// errLate is the answer to a statement that reached the point of writing
-// past its not-after bound and therefore wrote nothing: definite, so
-// ErrBackendUnavailable, "not applied".
-func errLate(op string) error {
-	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "not applied: ran past its deadline")
-}
-
 // New returns a Store on pool with the tables named by o. It does no I/O:
 // an unreachable pool is reported by the first operation as
 // leaseapi.ErrBackendUnavailable, and missing or old tables (Migrate not
@@ -467,7 +460,7 @@ func acquireResult(op string, key leaseapi.Key, owner string, tok pgtype.Int8, a
 	case tok.Valid:
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrAmbiguousOutcome, "unexpected reply")
 	case late:
-		return leaseapi.Record{}, errLate(op)
+		return leaseapi.Record{}, leaseapi.LateError(op)
 	}
 	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrContended, "")
 }
@@ -518,7 +511,7 @@ func renewResult(op string, rec leaseapi.Record, acq, exp pgtype.Timestamptz, la
 		rec.AcquiredAt, rec.ExpiresAt = acq.Time, exp.Time
 		return rec, nil
 	case late:
-		return leaseapi.Record{}, errLate(op)
+		return leaseapi.Record{}, leaseapi.LateError(op)
 	}
 	return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 }
@@ -738,7 +731,7 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 		switch {
 		case done[jj]:
 		case !inTime:
-			out[i].Err = errLate(op)
+			out[i].Err = leaseapi.LateError(op)
 		default:
 			out[i].Err = leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 		}
