@@ -58,8 +58,12 @@
 //   - Bounded. Every backend call is bounded by the policy's
 //     OperationTimeout; a client bounds acquisitions in flight and managed
 //     handles and fails fast with [ErrCapacity] past them.
-//   - Redacted. Every error matches exactly one sentinel (errors.Is) and
-//     carries no key, owner id, DSN or backend text.
+//   - Redacted. Every error the library builds matches exactly one
+//     sentinel (errors.Is) and carries no key, owner id, DSN or backend
+//     text. A call that reports several failures at once (Client.Close,
+//     one error per class of unconfirmed release; Client.Run, fn's error
+//     with the release's; the integrations' Stop) joins such errors with
+//     errors.Join, and Run returns fn's own error as it is.
 //
 // # Packages
 //

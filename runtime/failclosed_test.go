@@ -226,6 +226,26 @@ func TestCloseReportsUnconfirmedReleases(t *testing.T) {
 						t.Fatalf("Close: got %v, which also matches %v", err, other)
 					}
 				}
+				if err != nil {
+					// One error per class, each matching exactly one sentinel.
+					parts := err.(interface{ Unwrap() []error }).Unwrap()
+					if len(parts) != len(tc.want) {
+						t.Fatalf("Close: got %d joined errors (%v), want one per class: %d", len(parts), err, len(tc.want))
+					}
+					for _, part := range parts {
+						n := 0
+						for _, s := range []error{leaseapi.ErrContended, leaseapi.ErrTimeout, leaseapi.ErrCanceled, leaseapi.ErrLost,
+							leaseapi.ErrStaleOwner, leaseapi.ErrBackendUnavailable, leaseapi.ErrInvalidState,
+							leaseapi.ErrAmbiguousOutcome, leaseapi.ErrCapacity, leaseapi.ErrFencingRegression} {
+							if errors.Is(part, s) {
+								n++
+							}
+						}
+						if n != 1 {
+							t.Fatalf("Close: part %v matches %d sentinels, want 1", part, n)
+						}
+					}
+				}
 				if again := b.client.Close(t.Context()); (again == nil) != (err == nil) {
 					t.Fatalf("second Close: got %v, want the first's %v", again, err)
 				}
