@@ -18,9 +18,13 @@ import (
 // BenchmarkTryAcquireRelease measures one TryAcquire + Release pair on the
 // memory backend through the whole runtime (owner id, supervisor spawn,
 // release round trip through the actor).
-func BenchmarkTryAcquireRelease(b *testing.B) {
+func BenchmarkTryAcquireRelease(b *testing.B) { benchPair(b, runtime.ClientOptions{}) }
+
+// benchPair runs TryAcquire + Release pairs on one key of a memory store
+// through a client with options o.
+func benchPair(b *testing.B, o runtime.ClientOptions) {
 	store, _ := memory.New(memory.Options{})
-	c, _ := runtime.NewClient(store, runtime.ClientOptions{})
+	c, _ := runtime.NewClient(store, o)
 	defer c.Close(context.Background())
 	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Minute})
 	k := leaseapi.MustKey("bench", "pair")

@@ -26,18 +26,9 @@ type bundle struct {
 
 func setup(t *testing.T, o runtime.ClientOptions) *bundle {
 	t.Helper()
-	store, err := memory.New(memory.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := simtest.NewFaulty(store)
-	c, err := runtime.NewClient(f, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{store: store, faulty: f, client: c}
+	b := closeSetup(t, o)
 	t.Cleanup(func() {
-		if err := c.Close(context.Background()); err != nil && !b.closeFailed {
+		if err := b.client.Close(context.Background()); err != nil && !b.closeFailed {
 			t.Errorf("Close: %v", err)
 		}
 	})
