@@ -58,7 +58,7 @@ func TestClassify(t *testing.T) {
 		{"server error reply", serverErr, leaseapi.ErrBackendUnavailable, leaseapi.ErrBackendUnavailable},
 		{"dial refused", dialErr, leaseapi.ErrBackendUnavailable, leaseapi.ErrBackendUnavailable},
 		{"no slot", vk.ErrNoSlot, leaseapi.ErrBackendUnavailable, leaseapi.ErrBackendUnavailable},
-		{"client closing", closingErr, leaseapi.ErrBackendUnavailable, leaseapi.ErrBackendUnavailable},
+		{"client closing", closingErr, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrBackendUnavailable}, // valkey-go also gives it to a command written just before Close
 		{"deadline during the call", context.DeadlineExceeded, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrBackendUnavailable},
 		{"canceled during the call", context.Canceled, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrBackendUnavailable},
 		{"connection reset", resetErr, leaseapi.ErrAmbiguousOutcome, leaseapi.ErrBackendUnavailable},

@@ -254,18 +254,16 @@
 //     with a detail that starts with "configuration:", which no retry
 //     fixes (Redis 7.0 refuses a command the script itself may not run,
 //     such as TIME, with no error code: that reads as any other refusal);
-//   - a closed valkey-go client (vk.ErrClosing): a call made after Close
-//     is refused unsent, [leaseapi.ErrBackendUnavailable], "client closed".
-//     valkey-go v1.0.79 also answers ErrClosing to a command that was
-//     already written when Close was called and that the server then left
-//     unanswered for a second (Close's escape timer); such a mutation may
-//     have run although it is reported as not applied. Each such reading
-//     errs on the safe side: an acquisition thought refused leaves at most
-//     an orphan grant that expires at its TTL, a renewal thought refused
-//     only shortens the holder's trust, a release thought refused keeps
-//     the caller believing it may still hold the key, and a Guard write
-//     that happened was checked against the live grant. Close the client
-//     only after the Store's calls returned;
+//   - a closed valkey-go client (vk.ErrClosing): valkey-go v1.0.79
+//     answers ErrClosing both to a call made after Close (refused unsent)
+//     and to a command already written when Close was called that the
+//     server then left unanswered for a second (Close's escape timer); the
+//     two cannot be told apart. A read is [leaseapi.ErrBackendUnavailable]
+//     ("client closed"); a mutation is [leaseapi.ErrAmbiguousOutcome]
+//     ("client closed: the command may have been sent"), because a write
+//     that may have run is never reported as not applied. Close the client
+//     only after the Store's calls (and the lease Client using it) have
+//     returned;
 //   - an acquisition whose token the scripts cannot represent exactly
 //     (the counter at or above 2^53 - 1, or not an integer):
 //     [leaseapi.ErrInvalidState], nothing granted (the counter may have

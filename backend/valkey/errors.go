@@ -36,12 +36,14 @@ import (
 //     script starts): [leaseapi.ErrBackendUnavailable].
 //   - A failure to dial or to find a node for the slot happened before
 //     anything was sent: [leaseapi.ErrBackendUnavailable].
-//   - vk.ErrClosing: the valkey-go client was closed, and a call made
-//     after that is refused without being sent:
-//     [leaseapi.ErrBackendUnavailable]. (valkey-go v1.0.79 also gives
-//     ErrClosing to a command already written when Close was called and
-//     the server then stayed silent for a second; see "Failure handling"
-//     in the package doc for why that answer is still safe.)
+//   - vk.ErrClosing: the valkey-go client was closed. valkey-go v1.0.79
+//     gives it to a call made after Close (refused unsent) and also to a
+//     command already written when Close was called and left unanswered
+//     for a second (Close's escape timer), and the two cannot be told
+//     apart. So for a read it is [leaseapi.ErrBackendUnavailable], and for
+//     a mutation [leaseapi.ErrAmbiguousOutcome] ("client closed: the
+//     command may have been sent"): never "not applied" for a write that
+//     may have run.
 //   - Anything else (a context that ended while the call was in flight, a
 //     reset connection, an I/O timeout, the client closing) may have hit
 //     after the command was written. For a mutation that is
@@ -72,6 +74,9 @@ func kindOf(err error, mutation bool) error {
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "server refused the command")
 	}
 	if errors.Is(err, vk.ErrClosing) {
+		if mutation {
+			return leaseapi.NewError("", leaseapi.ErrAmbiguousOutcome, "client closed: the command may have been sent")
+		}
 		return leaseapi.NewError("", leaseapi.ErrBackendUnavailable, "client closed")
 	}
 	if beforeSend(err) {

@@ -356,7 +356,20 @@ func TestWatchersWokenOnReconnect(t *testing.T) {
 	rec := acquireOK(t, holder, k)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		markWaiting(t, waiter, k)
+		// The reset killed the waiter's script connection too: its first
+		// attempt may meet the dead connection before valkey-go redials.
+		// The key is held, so no attempt can grant it; repeat until one is
+		// answered (contended), which is what marks the waiter.
+		eventually(t, "the waiter's attempt after the reset", func() error {
+			_, err := waiter.TryAcquire(t.Context(), k, "owner-waiting-0123456789", time.Second)
+			if err == nil {
+				t.Fatal("the waiter was granted a key the holder holds")
+			}
+			if leaseapi.Kind(err) == leaseapi.ErrContended {
+				return nil
+			}
+			return err
+		})
 		if err := holder.Release(t.Context(), rec); err != nil {
 			t.Fatal(err)
 		}
