@@ -70,19 +70,27 @@
 // client closes. Run starts one watcher goroutine that exits before Run
 // returns. With ClientOptions.OnStateChange set, one delivery goroutine
 // runs while state changes wait for the hook; it exits when none is left
-// (Close waits for it). Nothing else runs in the background.
+// (Close waits for it). On a backend that claims RenewBatch (unless
+// ClientOptions.NoBatching), one batching goroutine, started by the first
+// renewal, sends the coalesced renewals; it exits when the client
+// closes (Close waits for it). An [ObservedBackend] starts one goroutine
+// per event it hands to an idle observer, which exits when Observe
+// returns. Nothing else runs in the background.
 //
 // # Failure handling
 //
 // Errors match exactly one leaseapi sentinel and never contain keys, owner
-// ids or backend text. Acquire retries contention and unavailability
+// ids or backend text; Client.Close and Client.Run, which can report
+// several failures, join such errors with errors.Join (Run also returns
+// fn's own error as it is). Acquire retries contention and unavailability
 // within the policy's Wait and MaxAttempts, waking early on a release
 // notification when the backend offers one. Managed renewal retries a
 // failed renewal every Retry (or RenewEvery/4) until the deadline, then
 // reports a Loss. A Release ends managed renewal whatever its outcome: a
 // lease whose release failed is not renewed again, and expires at its
-// deadline unless a later Release succeeds. Observers ([NewObservedBackend]) see every backend call
-// as an event carrying a keyed hash of the key.
+// deadline unless a later Release succeeds. Observers
+// ([NewObservedBackend]) see every backend call as an event carrying a
+// keyed hash of the key.
 //
 // # Telemetry
 //
