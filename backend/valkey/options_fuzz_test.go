@@ -51,6 +51,7 @@ func FuzzOptions(f *testing.F) {
 		{"a", math.MaxInt, 0},
 		{strings.Repeat("p", valkey.MaxPrefixBytes), 0, 0},
 		{strings.Repeat("p", valkey.MaxPrefixBytes+1), 0, 0},
+		{"app*", 0, 0}, {"a?b", 0, 0}, {"a[b]", 0, 0}, {`a\b`, 0, 0},
 		{"{tag}", 0, 0},
 		{"a}b", 0, 0},
 		{"a b", 0, 0},
@@ -107,7 +108,7 @@ func goodPrefix(p string) bool {
 		return false
 	}
 	for _, c := range []byte(p) {
-		if c < 0x21 || c > 0x7e || c == '{' || c == '}' {
+		if c < 0x21 || c > 0x7e || strings.ContainsRune("{}*?[]\\", rune(c)) {
 			return false
 		}
 	}

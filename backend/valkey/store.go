@@ -36,7 +36,10 @@ type Options struct {
 	// Prefix starts every key and the release channel of this Store, so
 	// stores with different prefixes never see each other's leases. Empty
 	// means [DefaultPrefix]. At most [MaxPrefixBytes] printable ASCII bytes
-	// (0x21-0x7e) without '{' or '}', which would break the hash tag.
+	// (0x21-0x7e) without '{' or '}', which would break the hash tag, and
+	// without the glob metacharacters '*', '?', '[', ']' and '\\', so that
+	// the ACL key pattern "~PREFIX:*" and "SCAN MATCH PREFIX:*" cover this
+	// Store's keys and no others.
 	Prefix string
 
 	// WaitReplicas, when > 0, makes TryAcquire wait (WAIT) until that many
@@ -148,12 +151,17 @@ func errZeroStore(op string) error {
 // zero reports a Store not made by New (the zero value or nil).
 func (s *Store) zero() bool { return s == nil || s.client == nil }
 
+// prefixForbidden are the printable bytes a prefix may not hold: the hash
+// tag's braces and the glob metacharacters of ACL key patterns and SCAN
+// MATCH.
+const prefixForbidden = "{}*?[]\\"
+
 func validPrefix(p string) bool {
 	if p == "" || len(p) > MaxPrefixBytes {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c < 0x21 || c > 0x7e || c == '{' || c == '}' {
+		if c := p[i]; c < 0x21 || c > 0x7e || strings.IndexByte(prefixForbidden, c) >= 0 {
 			return false
 		}
 	}
