@@ -133,7 +133,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 // server time it carries, or a reply of the wrong shape.
 func batchLate(status int, payload, op string) (int64, error) {
 	if now, ok := lateTime(status, payload); ok {
-		return now, errLate(op)
+		return now, leaseapi.LateError(op)
 	}
 	return 0, protocolError(op, true)
 }

@@ -319,13 +319,6 @@ func parseInt(s string) (int64, bool) {
 	return n, err == nil
 }
 
-// errLate is the answer to statusLate: the server ran the script after the
-// request's not-after bound, and it wrote nothing. It is definite, so it is
-// not ErrAmbiguousOutcome: ErrBackendUnavailable, "not applied".
-func errLate(op string) error {
-	return leaseapi.NewError(op, leaseapi.ErrBackendUnavailable, "not applied: ran past its deadline")
-}
-
 // lateTime returns the server time of a late reply's payload.
 func lateTime(status int, payload string) (int64, bool) {
 	if status != statusLate {
@@ -347,7 +340,7 @@ func acquireResult(status int, payload string, key leaseapi.Key, owner string, t
 		if !ok {
 			return leaseapi.Record{}, 0, protocolError(op, true)
 		}
-		return leaseapi.Record{}, now, errLate(op)
+		return leaseapi.Record{}, now, leaseapi.LateError(op)
 	case statusContended:
 		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrContended, "")
 	case statusBadToken:
@@ -376,7 +369,7 @@ func renewResult(status int, payload string, rec leaseapi.Record, ttl time.Durat
 		if !ok {
 			return leaseapi.Record{}, 0, protocolError(op, true)
 		}
-		return leaseapi.Record{}, now, errLate(op)
+		return leaseapi.Record{}, now, leaseapi.LateError(op)
 	case statusStale:
 		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	case statusOK:
