@@ -327,6 +327,17 @@ func lateTime(status int, payload string) (int64, bool) {
 	return parseInt(payload)
 }
 
+// lateResult is the answer to a statusLate reply of a mutation: the
+// definite "not applied" (leaseapi.LateError) with the server time it
+// carries, or a protocol error if it carries none.
+func lateResult(status int, payload, op string) (leaseapi.Record, int64, error) {
+	now, ok := lateTime(status, payload)
+	if !ok {
+		return leaseapi.Record{}, 0, protocolError(op, true)
+	}
+	return leaseapi.Record{}, now, leaseapi.LateError(op)
+}
+
 // acquireResult interprets the acquire script's reply (status and
 // payload, after line) to an acquisition of key by owner for ttl. It also
 // returns the server time the reply carries, if any, for the clock
@@ -336,11 +347,7 @@ func lateTime(status int, payload string) (int64, bool) {
 func acquireResult(status int, payload string, key leaseapi.Key, owner string, ttl time.Duration, op string) (leaseapi.Record, int64, error) {
 	switch status {
 	case statusLate:
-		now, ok := lateTime(status, payload)
-		if !ok {
-			return leaseapi.Record{}, 0, protocolError(op, true)
-		}
-		return leaseapi.Record{}, now, leaseapi.LateError(op)
+		return lateResult(status, payload, op)
 	case statusContended:
 		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrContended, "")
 	case statusBadToken:
@@ -365,11 +372,7 @@ func acquireResult(status int, payload string, key leaseapi.Key, owner string, t
 func renewResult(status int, payload string, rec leaseapi.Record, ttl time.Duration, op string) (leaseapi.Record, int64, error) {
 	switch status {
 	case statusLate:
-		now, ok := lateTime(status, payload)
-		if !ok {
-			return leaseapi.Record{}, 0, protocolError(op, true)
-		}
-		return leaseapi.Record{}, now, leaseapi.LateError(op)
+		return lateResult(status, payload, op)
 	case statusStale:
 		return leaseapi.Record{}, 0, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	case statusOK:

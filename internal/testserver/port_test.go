@@ -13,8 +13,13 @@ import (
 // distinct while held, and are locked against every other reservation
 // (another test binary's included: flock on another open file) until
 // released.
+//
+// Not parallel: while another test of this process starts a server, the
+// forked child shares every open file description, the lock files'
+// included, until its exec closes them, so for that moment a released
+// port still reads as locked (seen in a full run: 9 of 50 ports at once).
+// Sequential tests run while no parallel test does.
 func TestReservePort(t *testing.T) {
-	t.Parallel()
 	ranges := serverPortRanges()
 	inRange := func(p int) bool {
 		for _, r := range ranges {
