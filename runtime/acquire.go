@@ -21,7 +21,9 @@ import (
 //     client is closed.
 //
 // p.Wait, p.Retry and p.MaxAttempts are ignored. ctx bounds the call; each
-// backend call is also bounded by p.OperationTimeout.
+// backend call is also bounded by p.OperationTimeout (on the wall clock, a
+// call whose ctx never ends, or ends later than that, may be ended up to
+// 1/64 of it early, never late: see the package doc).
 func (c *Client) TryAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
 	return c.observedAcquire(ctx, key, p, false)
 }
@@ -164,7 +166,7 @@ func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 		*first = sentAt
 	}
 	resolved := false
-	octx, cancel := c.opContext(ctx, p)
+	octx, cancel := c.opContext(ctx, p, sentAt)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
 	doneAt := c.clk.Now() // the reply's arrival: the call's latency, and recvAt below
@@ -227,9 +229,9 @@ func (c *Client) resolve(ctx context.Context, key leaseapi.Key, owner string, p 
 	if c.inspector == nil || !c.canAdopt {
 		return leaseapi.Record{}, ambiguous
 	}
-	ictx, cancel := c.opContext(ctx, p)
-	defer cancel()
 	start := c.clk.Now()
+	ictx, cancel := c.opContext(ctx, p, start)
+	defer cancel()
 	rec, held, err := c.inspector.Inspect(ictx, key)
 	c.m.called(callInspect, c.clk.Since(start), err)
 	switch {
@@ -249,9 +251,9 @@ func (c *Client) releaseQuietly(rec leaseapi.Record, p leaseapi.Policy) {
 	if rec.Check() != nil {
 		return
 	}
-	ctx, cancel := c.opContext(context.Background(), p)
-	defer cancel()
 	start := c.clk.Now()
+	ctx, cancel := c.opContext(context.Background(), p, start)
+	defer cancel()
 	err := c.b.Release(ctx, rec)
 	c.m.called(callRelease, c.clk.Since(start), err)
 }

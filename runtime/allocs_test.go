@@ -12,8 +12,8 @@ import (
 )
 
 // pairAllocs is the allocations of one TryAcquire+Release pair through a
-// Client on b, on the wall clock.
-func pairAllocs(t *testing.T, b leaseapi.Backend) float64 {
+// Client on b, on the wall clock, with the caller's context ctx.
+func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context) float64 {
 	t.Helper()
 	c, err := runtime.NewClient(b, runtime.ClientOptions{})
 	if err != nil {
@@ -25,7 +25,6 @@ func pairAllocs(t *testing.T, b leaseapi.Backend) float64 {
 		t.Fatal(err)
 	}
 	k := leaseapi.MustKey("allocs", "pair")
-	ctx := context.Background()
 	return testing.AllocsPerRun(200, func() {
 		h, err := c.TryAcquire(ctx, k, p)
 		if err != nil {
@@ -37,21 +36,43 @@ func pairAllocs(t *testing.T, b leaseapi.Backend) float64 {
 	})
 }
 
-// TestPairAllocs guards what the runtime allocates per pair: on the
-// memory backend (which never blocks, so no call needs a bound) the owner
+// TestPairAllocs guards what the runtime allocates per pair: the owner
 // id, the handle with its supervisor, the goroutine, the mailbox, the
-// release request and its reply, and two views; on a backend whose calls
-// must be bounded, also the acquisition's own timeout context (the
-// caller's ctx is its parent) but none for the release, whose bound is a
-// context shared by the calls of a slot of time.
+// release request and its reply, and two views. A backend whose calls must
+// be bounded adds nothing when the caller's context never ends or ends
+// before the OperationTimeout (the calls share the contexts of their slot
+// of time), one allocation when that context carries values, and the
+// acquisition's own timeout context only when the caller's context may be
+// canceled later than the OperationTimeout.
 func TestPairAllocs(t *testing.T) {
 	store, _ := memory.New(memory.Options{})
-	if n, want := pairAllocs(t, store), 10.0+raceAllocs; n > want {
-		t.Errorf("memory backend: got %v allocations per pair, want at most %v", n, want)
-	}
-	// The fault wrapper adds one per call it makes (its WithoutCancel).
-	bounded, _ := memory.New(memory.Options{})
-	if n, want := pairAllocs(t, simtest.NewFaulty(bounded)), 16.0+raceAllocs; n > want {
-		t.Errorf("bounded backend: got %v allocations per pair, want at most %v", n, want)
+	bounded := hideCapabilities{store} // not NeverBlocks: every call is bounded
+	type key struct{}
+	soon, cancel := context.WithTimeout(context.Background(), time.Second) // before the 2s OperationTimeout
+	defer cancel()
+	later, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		b    leaseapi.Backend
+		ctx  context.Context
+		want float64
+	}{
+		{"memory backend", store, context.Background(), 10},
+		{"bounded backend", bounded, context.Background(), 10},
+		{"bounded backend, caller's context ends first", bounded, soon, 10},
+		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), 11},
+		{"bounded backend, caller's context ends later", bounded, later, 14},
+		// The fault wrapper adds one per call it makes (its WithoutCancel).
+		{"fault wrapper", simtest.NewFaulty(store), context.Background(), 12},
+	} {
+		n, want := pairAllocs(t, tc.b, tc.ctx), tc.want+raceAllocs
+		t.Logf("%s: %v allocations per pair", tc.name, n)
+		if n > want {
+			t.Errorf("%s: got %v allocations per pair, want at most %v", tc.name, n, want)
+		}
 	}
 }
+
+// hideCapabilities is a backend that claims no capability.
+type hideCapabilities struct{ leaseapi.Backend }

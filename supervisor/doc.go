@@ -80,7 +80,7 @@
 // On the wall clock (Config.WallClock) the context that bounds a call is
 // not made per call: calls whose bounds end in the same short slot of
 // time, across all the leases of a client, share one child of the
-// client's life whose deadline is the slot's start (deadline.go). A call
+// client's life whose deadline is the slot's start (internal/callctx). A call
 // is still bounded by OperationTimeout and the remaining trust — ended up
 // to 1/64 of its bound early, never late — and canceled at once by the
 // client's close; a bound under 64 ms, the release on close and any other

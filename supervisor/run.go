@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/leasekit/lease/internal/callctx"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -158,7 +159,7 @@ func (s *Supervisor) arm(at time.Time) {
 // reply after the deadline could not restore admission anyway, so none is
 // sent at or after it. On the wall clock the bound is a context shared
 // with the calls of other leases that end in the same slot of time
-// (deadline.go), which may end it up to 1/64 of it early.
+// (internal/callctx), which may end it up to 1/64 of it early.
 func (s *Supervisor) perform(c *callSpec, out *outcome) {
 	parent := s.cfg.Life
 	if c.onClose {
@@ -179,8 +180,8 @@ func (s *Supervisor) perform(c *callSpec, out *outcome) {
 	ctx, cancel := parent, context.CancelFunc(nil)
 	switch {
 	case s.cfg.Unbounded:
-	case s.cfg.shared != nil && !c.onClose && timeout >= minShared:
-		ctx = s.cfg.shared.context(sentAt, timeout) // shared: never canceled here
+	case s.cfg.shared != nil && !c.onClose && timeout >= callctx.Min:
+		ctx = s.cfg.shared.Context(sentAt, timeout) // shared: never canceled here
 	default:
 		ctx, cancel = s.cfg.Clock.WithTimeout(parent, timeout)
 	}

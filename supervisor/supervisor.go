@@ -7,6 +7,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/callctx"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/mailbox"
 )
@@ -114,9 +115,9 @@ type Config struct {
 	// passes a batching renewer for backends that renew in batches.
 	Renewer Renewer
 
-	// shared bounds the calls on the wall clock (deadline.go); set by
-	// Defaults when WallClock is set.
-	shared *deadlines
+	// shared bounds the calls on the wall clock (internal/callctx); set
+	// by Defaults when WallClock is set.
+	shared *callctx.Shared
 }
 
 // Grant is the acquisition a supervisor starts from: the record and the
@@ -204,7 +205,7 @@ func (cfg *Config) Defaults() *Config {
 		cfg.Renewer = cfg.Backend
 	}
 	if cfg.WallClock && !cfg.Unbounded {
-		cfg.shared = newDeadlines(cfg.Life)
+		cfg.shared = callctx.NewShared(cfg.Life)
 	}
 	return cfg
 }
