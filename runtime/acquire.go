@@ -255,5 +255,5 @@ func (c *Client) releaseQuietly(rec leaseapi.Record, p leaseapi.Policy) {
 	ctx, cancel := c.opContext(context.Background(), p, start)
 	defer cancel()
 	err := c.b.Release(ctx, rec)
-	c.m.called(callRelease, c.clk.Since(start), err)
+	c.m.called(callDiscard, c.clk.Since(start), err)
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -122,11 +123,17 @@ var kinds = [...]error{
 
 const nKinds = len(kinds)
 
-// kindIndex returns the position in kinds of the sentinel err matches.
+// kindIndex returns the position in kinds of the sentinel err matches;
+// small enough to inline, so that a success costs one comparison.
 func kindIndex(err error) int {
 	if err == nil {
 		return 0
 	}
+	return failureIndex(err)
+}
+
+// failureIndex is kindIndex for a non-nil error.
+func failureIndex(err error) int {
 	k := leaseapi.Kind(err)
 	for i := 1; i < nKinds; i++ {
 		if k == kinds[i] {
@@ -136,14 +143,21 @@ func kindIndex(err error) int {
 	return 6 // what leaseapi.OutcomeOf reports for an unclassified error: unavailable
 }
 
-// Backend operations that have latency histograms, in order.
+// Backend calls that have latency histograms, in order: one per
+// operation (the first nOps), and callDiscard, the release of a grant the
+// client will not use, which is reported as a release but is not one of
+// a handle's (Metrics.Releases). Keeping it apart lets the snapshot derive
+// Renewals and Releases from the call histograms instead of counting each
+// renewal and release twice.
 const (
 	callAcquire = iota
 	callRenew
 	callValidate
 	callRelease
 	callInspect
-	nCalls
+	nOps
+	callDiscard = nOps
+	nCalls      = nOps + 1
 )
 
 // callOps maps a call index to its operation label.
@@ -153,6 +167,7 @@ var callOps = [nCalls]leaseapi.Operation{
 	callValidate: leaseapi.OperationValidate,
 	callRelease:  leaseapi.OperationRelease,
 	callInspect:  leaseapi.OperationInspect,
+	callDiscard:  leaseapi.OperationRelease,
 }
 
 // states lists the handle states in the order of the transition counters.
@@ -163,13 +178,18 @@ var states = [...]leaseapi.State{
 
 const nStates = len(states)
 
-func stateIndex(s leaseapi.State) (int, bool) {
-	for i, x := range states {
-		if x == s {
-			return i, true
-		}
+// stateSlots[s] is 1 + the position of s in states, 0 for a value that is
+// not a state: one load per lookup.
+var stateSlots = func() (t [256]uint8) {
+	for i, s := range states {
+		t[s] = uint8(i + 1)
 	}
-	return 0, false
+	return t
+}()
+
+func stateIndex(s leaseapi.State) (int, bool) {
+	i := int(stateSlots[s]) - 1
+	return i, i >= 0
 }
 
 // counter is a uint64 alone on its cache line, so that counters bumped by
@@ -190,18 +210,46 @@ type histogram struct {
 }
 
 func (h *histogram) observe(d time.Duration) {
-	// Binary search over the fixed bounds: 5 comparisons.
-	lo, hi := 0, len(durationBounds)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if d > durationBounds[mid] {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	h.counts[lo].Add(1)
+	h.counts[bucketOf(d)].Add(1)
 	h.sum.Add(int64(d))
+}
+
+// bucketStart[n] is the first bucket a duration of bit length n can fall
+// in: the first whose bound is at least 1<<(n-1). Successive bounds grow
+// by a factor of at least 2 (TestBucketOfMatchesBounds), so a bit length's
+// range [1<<(n-1), 1<<n) holds at most one bound, and bucketOf needs at
+// most one comparison after the lookup, where a search over the bounds
+// took five.
+var bucketStart = func() (t [65]uint8) {
+	for n := 1; n < len(t); n++ {
+		low := time.Duration(uint64(1) << (n - 1))
+		i := 0
+		for i < len(durationBounds) && durationBounds[i] < low {
+			i++
+		}
+		t[n] = uint8(i)
+	}
+	return t
+}()
+
+// bucketOf returns the index of the bucket that counts d.
+func bucketOf(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	i := int(bucketStart[bits.Len64(uint64(d))])
+	if i < len(durationBounds) && d > durationBounds[i] {
+		i++
+	}
+	return i
+}
+
+// add adds o's counts and sum to h.
+func (h *Histogram) add(o Histogram) {
+	for i, c := range o.Counts {
+		h.Counts[i] += c
+	}
+	h.Sum += o.Sum
 }
 
 func (h *histogram) snapshot() Histogram {
@@ -218,8 +266,6 @@ func (h *histogram) snapshot() Histogram {
 type clientMetrics struct {
 	acquire      [nKinds]histogram
 	calls        [nCalls][nKinds]histogram
-	renewals     [nKinds]counter
-	releases     [nKinds]counter
 	losses       [len(lossCauses)]counter
 	transitions  [nStates][nStates]counter
 	eventDropped counter
@@ -240,22 +286,6 @@ func (m *clientMetrics) called(op int, d time.Duration, err error) {
 		return
 	}
 	m.calls[op][kindIndex(err)].observe(d)
-}
-
-// renewed records one renewal a handle sent to the backend.
-func (m *clientMetrics) renewed(err error) {
-	if m == nil {
-		return
-	}
-	m.renewals[kindIndex(err)].add()
-}
-
-// released records one release a handle (or Close) sent to the backend.
-func (m *clientMetrics) released(err error) {
-	if m == nil {
-		return
-	}
-	m.releases[kindIndex(err)].add()
 }
 
 // transitioned records one state change and, for a loss, its cause.
@@ -422,15 +452,24 @@ func (m *clientMetrics) snapshot() Metrics {
 			out.Acquisitions = append(out.Acquisitions, OutcomeHistogram{Outcome: outcomeAt(i), Histogram: h})
 		}
 	}
-	for op := range m.calls {
+	var renewals, releases [nKinds]uint64
+	for op := range nOps {
 		for i := range m.calls[op] {
-			if h := m.calls[op][i].snapshot(); h.Count() > 0 {
+			h := m.calls[op][i].snapshot()
+			switch op {
+			case callRenew: // every renewal is one call (supervisorCall)
+				renewals[i] = h.Count()
+			case callRelease: // so is every release; callDiscard is not one
+				releases[i] = h.Count()
+				h.add(m.calls[callDiscard][i].snapshot())
+			}
+			if h.Count() > 0 {
 				out.BackendCalls = append(out.BackendCalls, CallHistogram{Operation: callOps[op], Outcome: outcomeAt(i), Histogram: h})
 			}
 		}
 	}
-	out.Renewals = counts(&m.renewals)
-	out.Releases = counts(&m.releases)
+	out.Renewals = counts(&renewals)
+	out.Releases = counts(&releases)
 	for i, c := range lossCauses {
 		if n := m.losses[i].n.Load(); n > 0 {
 			out.Losses = append(out.Losses, LossCount{Cause: c, N: n})
@@ -448,10 +487,10 @@ func (m *clientMetrics) snapshot() Metrics {
 	return out
 }
 
-func counts(cs *[nKinds]counter) []OutcomeCount {
+func counts(cs *[nKinds]uint64) []OutcomeCount {
 	var out []OutcomeCount
-	for i := range cs {
-		if n := cs[i].n.Load(); n > 0 {
+	for i, n := range cs {
+		if n > 0 {
 			out = append(out, OutcomeCount{Outcome: outcomeAt(i), N: n})
 		}
 	}
@@ -519,7 +558,7 @@ func (c *Client) initTelemetry(o ClientOptions, cfg *supervisor.Config) error {
 		c.events = newStateQueue(o.OnStateChange, c.hasher, c.m)
 	}
 	if c.m != nil || c.events != nil {
-		cfg.OnStateChange = c.supervisorStateChange
+		cfg.OnStateChange = c.stateChanged
 	}
 	if c.m == nil {
 		return nil
@@ -531,22 +570,18 @@ func (c *Client) initTelemetry(o ClientOptions, cfg *supervisor.Config) error {
 // supervisorCall counts one backend call of a supervisor (OnCall hook).
 func (c *Client) supervisorCall(call supervisor.Call) {
 	d := call.Done.Sub(call.SentAt)
+	var op int
 	switch call.Kind {
 	case supervisor.CallRenew:
-		c.m.called(callRenew, d, call.Err)
-		c.m.renewed(call.Err)
+		op = callRenew // the call is the renewal: Metrics.Renewals derives from it
 	case supervisor.CallValidate:
-		c.m.called(callValidate, d, call.Err)
+		op = callValidate
 	case supervisor.CallRelease:
-		c.m.called(callRelease, d, call.Err)
-		c.m.released(call.Err)
+		op = callRelease // the call is the release: so do Metrics.Releases
+	default:
+		return
 	}
-}
-
-// supervisorStateChange counts and queues one transition (OnStateChange
-// hook).
-func (c *Client) supervisorStateChange(sc supervisor.StateChange) {
-	c.stateChanged(sc.Key, sc.Token, sc.At, sc.From, sc.To, sc.Cause, sc.Prev)
+	c.m.called(op, d, call.Err)
 }
 
 // Metrics returns a snapshot of the client's exact metrics (see

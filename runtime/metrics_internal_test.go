@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -146,5 +147,38 @@ func TestKeyHasher(t *testing.T) {
 	var nilHasher *KeyHasher
 	if nilHasher.Hash(k) != "" {
 		t.Fatal("nil hasher: want empty hash")
+	}
+}
+
+// TestBucketOfMatchesBounds: the bit-length lookup puts every duration in
+// the bucket a search over the bounds finds, at each bound, one either
+// side of it, at each power of two and one either side, and at the
+// extremes; and the bounds grow by a factor of at least 2, which the
+// lookup's single comparison relies on.
+func TestBucketOfMatchesBounds(t *testing.T) {
+	search := func(d time.Duration) int {
+		i := 0
+		for i < len(durationBounds) && d > durationBounds[i] {
+			i++
+		}
+		return i
+	}
+	ds := []time.Duration{math.MinInt64, -1, 0, 1, math.MaxInt64 - 1, math.MaxInt64}
+	for _, b := range durationBounds {
+		ds = append(ds, b-1, b, b+1)
+	}
+	for n := range 63 {
+		p := time.Duration(1) << n
+		ds = append(ds, p-1, p, p+1)
+	}
+	for _, d := range ds {
+		if got, want := bucketOf(d), search(d); got != want {
+			t.Errorf("bucketOf(%d): got %d, want %d", d, got, want)
+		}
+	}
+	for i := 1; i < len(durationBounds); i++ {
+		if durationBounds[i] < 2*durationBounds[i-1] {
+			t.Errorf("bound %v is less than twice %v", durationBounds[i], durationBounds[i-1])
+		}
 	}
 }

@@ -21,6 +21,6 @@ func BenchmarkRecordPair(b *testing.B) {
 		c.m.called(callAcquire, time.Microsecond, nil)
 		c.m.acquired(2*time.Microsecond, nil)
 		c.supervisorCall(supervisor.Call{Kind: supervisor.CallRelease, SentAt: now, Done: now.Add(time.Microsecond)})
-		c.supervisorStateChange(supervisor.StateChange{Key: k, Token: 1, At: now, From: leaseapi.StateActive, To: leaseapi.StateReleased})
+		c.stateChanged(supervisor.StateChange{Key: k, Token: 1, At: now, From: leaseapi.StateActive, To: leaseapi.StateReleased})
 	}
 }

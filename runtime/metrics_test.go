@@ -184,3 +184,44 @@ func TestMetricsOff(t *testing.T) {
 		}
 	})
 }
+
+// otherGrant is a backend whose grants name another owner, so the client
+// gives each one back (releaseQuietly) instead of using it.
+type otherGrant struct{ leaseapi.Backend }
+
+func (o otherGrant) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
+	rec, err := o.Backend.TryAcquire(ctx, key, owner, ttl)
+	rec.Owner += "-other"
+	return rec, err
+}
+
+// TestMetricsDiscardedGrantIsACallNotARelease: the release of a grant the
+// client will not use is a backend release call, but not one of the
+// Releases, which count what handles sent (and derive from the calls).
+func TestMetricsDiscardedGrantIsACallNotARelease(t *testing.T) {
+	store, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := runtime.NewClient(otherGrant{store}, runtime.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	k := leaseapi.MustKey("metrics", "discard")
+	_, err = c.TryAcquire(t.Context(), k, basicPolicy(t))
+	wantKind(t, "TryAcquire", err, leaseapi.ErrBackendUnavailable)
+	m := c.Metrics()
+	var calls uint64
+	for _, h := range m.BackendCalls {
+		if h.Operation == leaseapi.OperationRelease {
+			calls += h.Count()
+		}
+	}
+	if calls != 1 || len(m.Releases) != 0 {
+		t.Fatalf("got %d release calls and releases %+v, want 1 call and no release", calls, m.Releases)
+	}
+	if got := m.BackendCall(leaseapi.OperationAcquire, leaseapi.OutcomeOf(nil)).Count(); got != 1 {
+		t.Fatalf("acquire calls ok: got %d, want 1", got)
+	}
+}

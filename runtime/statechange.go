@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/supervisor"
 )
 
 // StateChange reports one transition of a handle (after suture's
@@ -137,17 +138,17 @@ func (q *stateQueue) wait() {
 	}
 }
 
-// stateChanged is called by a supervisor, on its goroutine, for every
-// transition of its lease: it counts the transition (and a loss, by cause)
-// exactly and queues the event for the hook, if any. cause is the error
-// of the new state, pending the error the handle held before (the reason
-// it was Uncertain, if it was).
-func (c *Client) stateChanged(key leaseapi.Key, tok leaseapi.Token, at time.Time, from, to leaseapi.State, cause, pending error) {
-	if from == to {
+// stateChanged is a supervisor's OnStateChange hook, called on its
+// goroutine for every transition of its lease: it counts the transition
+// (and a loss, by cause) exactly and queues the event for the hook, if
+// any. sc.Cause is the error of the new state, sc.Prev the error the
+// handle held before (the reason it was Uncertain, if it was).
+func (c *Client) stateChanged(sc supervisor.StateChange) {
+	if sc.From == sc.To {
 		return
 	}
-	c.m.transitioned(from, to, lossCause(to, cause, pending))
+	c.m.transitioned(sc.From, sc.To, lossCause(sc.To, sc.Cause, sc.Prev))
 	if c.events != nil {
-		c.events.push(key, StateChange{At: at, From: from, To: to, Cause: leaseapi.Kind(cause), Token: tok})
+		c.events.push(sc.Key, StateChange{At: sc.At, From: sc.From, To: sc.To, Cause: leaseapi.Kind(sc.Cause), Token: sc.Token})
 	}
 }
