@@ -76,3 +76,44 @@ func TestPairAllocs(t *testing.T) {
 
 // hideCapabilities is a backend that claims no capability.
 type hideCapabilities struct{ leaseapi.Backend }
+
+// batchingMemory is a memory store seen as a backend that blocks and
+// renews in batches: its renewals go through the Client's batcher.
+type batchingMemory struct{ *memory.Store }
+
+func (batchingMemory) Capabilities() leaseapi.Capabilities {
+	return leaseapi.Capabilities{RenewBatch: true}
+}
+
+// TestBatchedRenewAllocs guards what the runtime allocates per batched
+// Handle.Renew, on the wall clock: the request to the supervisor and its
+// reply (two), the view it publishes, and the memory store's result
+// slice. The batcher's own request and reply channel are reused, a batch
+// runs under its earliest element's context instead of making one (three
+// allocations and a timer), and it allocates no error for the elements
+// that have a result.
+func TestBatchedRenewAllocs(t *testing.T) {
+	store, _ := memory.New(memory.Options{})
+	c, err := runtime.NewClient(batchingMemory{store}, runtime.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Minute, OperationTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := c.TryAcquire(ctx, leaseapi.MustKey("allocs", "renew"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testing.AllocsPerRun(200, func() {
+		if err := h.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := 4.0 + raceAllocs; n > want {
+		t.Errorf("got %v allocations per batched renewal, want at most %v", n, want)
+	}
+}
