@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -62,14 +63,19 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	}
 	na, sent := s.clock.bound(ctx)
 	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
+	var ttl time.Duration // the TTL whose text ttla is: a batch's TTLs are mostly one
+	var ttla string
 	for start := 0; start < len(valid); start += chunk {
 		elems := valid[start:min(start+chunk, len(valid))]
 		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 2*len(elems)+2)}
 		for _, i := range elems {
 			r := reqs[i]
 			lk, _ := s.Keys(r.Record.Key)
+			if ttla == "" || r.TTL != ttl {
+				ttl, ttla = r.TTL, micros(r.TTL)
+			}
 			u.keys = append(u.keys, lk)
-			u.args = append(u.args, valueArg(r.Record, r.TTL), micros(r.TTL))
+			u.args = append(u.args, valueArg(r.Record, r.TTL), ttla)
 		}
 		// srcRenew and srcRenewBatch alike: the bound, then the id.
 		u.id, u.ida = newRequestID()
