@@ -109,12 +109,18 @@ func (c *clockEstimate) observe(server, sent int64) {
 // bound returns the not-after argument for a request about to be sent
 // under ctx, and the local instant to pass to observe with its reply.
 func (c *clockEstimate) bound(ctx context.Context) (arg string, sent int64) {
+	na, sent := c.boundMicros(ctx)
+	return strconv.FormatInt(na, 10), sent
+}
+
+// boundMicros is bound with the not-after bound as a number (0: none).
+func (c *clockEstimate) boundMicros(ctx context.Context) (na, sent int64) {
 	sent, wall := c.now()
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return "0", sent
+		return 0, sent
 	}
-	return strconv.FormatInt(notAfter(c.last.Load(), sent, dl.Sub(wall)), 10), sent
+	return notAfter(c.last.Load(), sent, dl.Sub(wall)), sent
 }
 
 // notAfter is the bound, in server µs, for a request sent at local instant

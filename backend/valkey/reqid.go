@@ -33,9 +33,13 @@ const maxRequestID = 1 << 53
 
 // newRequestID returns a fresh id, never 0, and its argument text.
 func newRequestID() (int64, string) {
-	id := 1 + rand.Int64N(maxRequestID-1)
+	id := newRequestIDValue()
 	return id, strconv.FormatInt(id, 10)
 }
+
+// newRequestIDValue returns a fresh id, never 0 (callText.id appends its
+// text).
+func newRequestIDValue() int64 { return 1 + rand.Int64N(maxRequestID-1) }
 
 // matchID checks that vals ends with id and returns the values before it.
 func matchID(vals []int64, id int64) ([]int64, bool) {

@@ -177,23 +177,29 @@ func escape(s string) string {
 	if !strings.ContainsAny(s, "%{}:") {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
+	return string(appendEscaped(make([]byte, 0, len(s)+8), s))
+}
+
+// appendEscaped appends escape(s) to b.
+func appendEscaped(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, "%{}:") {
+		return append(b, s...)
+	}
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '%':
-			b.WriteString("%25")
+			b = append(b, "%25"...)
 		case '{':
-			b.WriteString("%7B")
+			b = append(b, "%7B"...)
 		case '}':
-			b.WriteString("%7D")
+			b = append(b, "%7D"...)
 		case ':':
-			b.WriteString("%3A")
+			b = append(b, "%3A"...)
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	return b.String()
+	return b
 }
 
 // ident is the text inside a key's hash tag; it is also the payload of the
@@ -223,29 +229,24 @@ func (s *Store) Keys(k leaseapi.Key) (lease, token string) {
 }
 
 // names returns k's lease and token keys and its ident, all three slices of
-// one string (one allocation for a key that needs no escaping: this is on
-// every operation's path).
+// one string (one allocation for a key of ordinary length).
 func (s *Store) names(k leaseapi.Key) (lease, token, id string) {
 	if k.IsZero() {
 		return "", "", ""
 	}
-	ns, name := escape(k.Namespace()), escape(k.Name())
-	const leaseSuffix, tokenSuffix = "}:lease", "}:token"
-	head := len(s.prefix) + 2 // "prefix:{"
-	idLen := len(ns) + 1 + len(name)
-	n := head + idLen + len(leaseSuffix)
-	var b strings.Builder
-	b.Grow(2 * n)
-	for _, suffix := range [2]string{leaseSuffix, tokenSuffix} {
-		b.WriteString(s.prefix)
-		b.WriteString(":{")
-		b.WriteString(ns)
-		b.WriteByte('/')
-		b.WriteString(name)
-		b.WriteString(suffix)
-	}
-	all := b.String()
-	return all[:n], all[n:], all[head : head+idLen]
+	var buf [textBuf]byte
+	var t callText
+	b := t.key(buf[:0], s.prefix, k, leaseSuffix)
+	b = t.key(b, s.prefix, k, tokenSuffix)
+	t.done(b)
+	lease = t.field(0)
+	return lease, t.field(1), s.identOf(lease)
+}
+
+// identOf returns the ident of the key whose lease key name (from
+// names or callText.key) is lease: the text inside its hash tag.
+func (s *Store) identOf(lease string) string {
+	return lease[len(s.prefix)+2 : len(lease)-len(leaseSuffix)]
 }
 
 // CacheKey returns the server key under which [Store.Guard] publishes the
@@ -431,20 +432,27 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
-	lk, tk := s.Keys(key)
-	na, sent := s.clock.bound(ctx)
-	_, ida := newRequestID()
+	na, sent := s.clock.boundMicros(ctx)
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, key, leaseSuffix)
+	b = t.key(b, s.prefix, key, tokenSuffix)
+	b = t.int(b, ttl.Microseconds())
+	b = t.int(b, na)
+	b = t.id(b)
+	t.done(b)
+	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
 	watching := "0"
-	if s.watches.Has(ident(key)) {
+	if s.watches.Has(s.identOf(lk)) {
 		watching = "1"
 	}
-	keys, args := []string{lk, tk}, []string{owner, micros(ttl), na, watching, ida}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
-		res, waitRes = s.execWithWait(ctx, keys, args)
+		res, waitRes = s.execWithWait(ctx, []string{lk, tk}, []string{owner, ttlText, naText, watching, ida})
 	} else {
-		res = scriptAcquire.Exec(ctx, s.client, keys, args)
+		res = scriptAcquire.Exec(ctx, s.client, []string{lk, tk}, []string{owner, ttlText, naText, watching, ida})
 	}
 	status, payload, err := line(res, ida, op, true)
 	if err != nil {
@@ -514,10 +522,18 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	if err := leaseapi.CheckRenew(ctx, op, rec, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
-	lk, _ := s.Keys(rec.Key)
-	na, sent := s.clock.bound(ctx)
-	_, ida := newRequestID()
-	res := scriptRenew.Exec(ctx, s.client, []string{lk}, []string{valueArg(rec, ttl), micros(ttl), na, ida})
+	na, sent := s.clock.boundMicros(ctx)
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, rec.Key, leaseSuffix)
+	b = t.value(b, rec, ttl)
+	b = t.int(b, na)
+	b = t.id(b)
+	t.done(b)
+	val := t.field(1)
+	ida := t.field(3)
+	res := scriptRenew.Exec(ctx, s.client, []string{t.field(0)}, []string{val, val[:ttlLen(ttl)], t.field(2), ida})
 	return s.decodeRenew(res, ida, rec, ttl, op, sent)
 }
 
@@ -548,9 +564,15 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return leaseapi.Record{}, err
 	}
-	lk, _ := s.Keys(rec.Key)
-	_, ida := newRequestID()
-	status, payload, err := line(scriptValidate.Exec(ctx, s.client, []string{lk}, []string{valueArg(rec, rec.GrantedTTL()), ida}), ida, op, false)
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, rec.Key, leaseSuffix)
+	b = t.value(b, rec, rec.GrantedTTL())
+	b = t.id(b)
+	t.done(b)
+	ida := t.field(2)
+	status, payload, err := line(scriptValidate.Exec(ctx, s.client, []string{t.field(0)}, []string{t.field(1), ida}), ida, op, false)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -601,10 +623,17 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	if err := leaseapi.CheckRecord(ctx, op, rec); err != nil {
 		return err
 	}
-	lk, tk, ident := s.names(rec.Key)
-	_, ida := newRequestID()
-	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk, tk},
-		[]string{valueArg(rec, rec.GrantedTTL()), ida}), ida, op, true)
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, rec.Key, leaseSuffix)
+	b = t.key(b, s.prefix, rec.Key, tokenSuffix)
+	b = t.value(b, rec, rec.GrantedTTL())
+	b = t.id(b)
+	t.done(b)
+	lk, ida := t.field(0), t.field(3)
+	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk, t.field(1)},
+		[]string{t.field(2), ida}), ida, op, true)
 	if err != nil {
 		return err
 	}
@@ -612,7 +641,7 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	case statusOK:
 		// Deliver to this Store's own watchers at once; other Stores and
 		// processes learn it from the published message.
-		s.watches.Notify(ident)
+		s.watches.Notify(s.identOf(lk))
 		return nil
 	case statusGone:
 		return nil
@@ -634,9 +663,15 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
 	}
-	lk, tk := s.Keys(key)
-	_, ida := newRequestID()
-	status, payload, err := line(scriptInspect.Exec(ctx, s.client, []string{lk, tk}, []string{ida}), ida, op, false)
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, key, leaseSuffix)
+	b = t.key(b, s.prefix, key, tokenSuffix)
+	b = t.id(b)
+	t.done(b)
+	ida := t.field(2)
+	status, payload, err := line(scriptInspect.Exec(ctx, s.client, []string{t.field(0), t.field(1)}, []string{ida}), ida, op, false)
 	if err != nil {
 		return leaseapi.Record{}, false, err
 	}
@@ -682,14 +717,26 @@ func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value 
 	if ttl < 0 || ttl > 0 && ttl < time.Millisecond {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "ttl out of range")
 	}
-	lk, _ := s.Keys(rec.Key)
-	want := s.tag(rec.Key) + ":cache:"
-	if !strings.HasPrefix(cacheKey, want) || len(cacheKey) == len(want) || len(cacheKey)-len(want) > MaxCacheNameBytes {
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, rec.Key, leaseSuffix)
+	b = t.value(b, rec, rec.GrantedTTL())
+	b = t.int(b, ttl.Milliseconds())
+	b = t.id(b)
+	t.done(b)
+	lk, ida := t.field(0), t.field(3)
+	// The cache key must start with the lease key's "prefix:{E}" (its name
+	// without "}:lease" plus the brace) and ":cache:".
+	tag := lk[:len(lk)-len(leaseSuffix)+1]
+	const cache = ":cache:"
+	rest, ok1 := strings.CutPrefix(cacheKey, tag)
+	name, ok2 := strings.CutPrefix(rest, cache)
+	if !ok1 || !ok2 || name == "" || len(name) > MaxCacheNameBytes {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "cache key not made by CacheKey for this lease")
 	}
-	_, ida := newRequestID()
 	status, _, err := line(scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
-		[]string{valueArg(rec, rec.GrantedTTL()), value, strconv.FormatInt(ttl.Milliseconds(), 10), ida}), ida, op, true)
+		[]string{t.field(1), value, t.field(2), ida}), ida, op, true)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,61 @@
+package valkey_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// opAllocs returns the allocations of one TryAcquire+Release pair and of
+// one Renew through s, with a deadline on ctx as the runtime gives every
+// call (so the not-after bound is computed and sent). They count every
+// goroutine of the process: valkey-go's reader too.
+func opAllocs(t *testing.T, s *valkey.Store) (pair, renew float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	k := leaseapi.MustKey("allocs", "pair")
+	pairFn := func() {
+		rec, err := s.TryAcquire(ctx, k, ownerA, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := s.TryAcquire(ctx, leaseapi.MustKey("allocs", "renew"), ownerA, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewFn := func() {
+		if rec, err = s.Renew(ctx, rec, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// valkey-go dials its connections lazily: warm them up first.
+	for range 100 {
+		pairFn()
+		renewFn()
+	}
+	return testing.AllocsPerRun(200, pairFn), testing.AllocsPerRun(200, renewFn)
+}
+
+// TestOpAllocs guards what a Store allocates per operation: the one string
+// that holds a call's key names and arguments (args.go), the reply's text
+// (valkey-go's reader), and for an acquisition or renewal the clock
+// observation its reply carries (clock.go). A pair is 5, a renewal 3 (they
+// were 14 and 8 when each name and number was a string of its own).
+func TestOpAllocs(t *testing.T) {
+	s := newStore(t, newClient(t, serverAddr(t)), valkey.Options{})
+	pair, renew := opAllocs(t, s)
+	if want := 5.0 + 2*raceAllocs; pair > want {
+		t.Errorf("TryAcquire+Release: %v allocations, want at most %v", pair, want)
+	}
+	if want := 3.0 + raceAllocs; renew > want {
+		t.Errorf("Renew: %v allocations, want at most %v", renew, want)
+	}
+}
