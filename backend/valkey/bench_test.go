@@ -38,7 +38,7 @@ func (r *rawPair) run(ctx context.Context, b *testing.B, k leaseapi.Key) {
 	// The last argument is the request id, echoed after the reply's
 	// status; a fixed one will do here.
 	ttl := strconv.FormatInt(benchTTL.Microseconds(), 10)
-	line, err := r.acquire.Exec(ctx, r.c, []string{lk, tk}, []string{ownerA, ttl, "0", "0", "7"}).ToString()
+	line, err := r.acquire.Exec(ctx, r.c, []string{lk, tk}, []string{ownerA, ttl, "0", "7"}).ToString()
 	f := strings.Fields(line)
 	if err != nil || len(f) != 4 || f[0] != "1" || f[1] != "7" {
 		b.Fatalf("raw acquire: %q %v", line, err)

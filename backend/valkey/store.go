@@ -443,16 +443,16 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	b = t.id(b)
 	t.done(b)
 	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
-	watching := "0"
+	script, sha, src := scriptAcquire, shaAcquire, srcAcquire
 	if s.watches.Has(s.identOf(lk)) {
-		watching = "1"
+		script, sha, src = scriptWatching, shaWatching, srcAcquireWatching
 	}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
-		res, waitRes = s.execWithWait(ctx, []string{lk, tk}, []string{owner, ttlText, naText, watching, ida})
+		res, waitRes = s.execWithWait(ctx, sha, src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	} else {
-		res = scriptAcquire.Exec(ctx, s.client, []string{lk, tk}, []string{owner, ttlText, naText, watching, ida})
+		res = script.Exec(ctx, s.client, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	}
 	status, payload, err := line(res, ida, op, true)
 	if err != nil {
@@ -476,10 +476,10 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	return rec, nil
 }
 
-// execWithWait runs the acquire script and WAIT on one dedicated
+// execWithWait runs the acquire script (sha, src) and WAIT on one dedicated
 // connection in one round trip (WAIT counts the writes of its own
 // connection), with the EVALSHA-then-EVAL fallback done by hand.
-func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, wait vk.ValkeyResult) {
+func (s *Store) execWithWait(ctx context.Context, sha, src string, keys, args []string) (script, wait vk.ValkeyResult) {
 	err := s.client.Dedicated(func(c vk.DedicatedClient) error {
 		// Each WAIT gets at most half of the time left when it is sent, so
 		// the NOSCRIPT fallback's second round trip cannot overrun the
@@ -492,11 +492,11 @@ func (s *Store) execWithWait(ctx context.Context, keys, args []string) (script, 
 			return c.B().Wait().Numreplicas(int64(s.waitReplicas)).Timeout(max(wt.Milliseconds(), 1)).Build()
 		}
 		r := c.DoMulti(ctx,
-			c.B().Evalsha().Sha1(shaAcquire).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+			c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
 			waitCmd())
 		if ve, ok := vk.IsValkeyErr(r[0].Error()); ok && ve.IsNoScript() {
 			r = c.DoMulti(ctx,
-				c.B().Eval().Script(srcAcquire).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+				c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
 				waitCmd())
 		}
 		script, wait = r[0], r[1]
