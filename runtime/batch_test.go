@@ -185,3 +185,44 @@ func TestCloseWithBatchInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuedRenewalPastItsBoundIsLeftOut: a renewal whose bound ends while
+// it waits for the batch in flight is not sent, and does not fail the
+// renewals queued with it (a batch runs under its earliest element's
+// bound).
+func TestQueuedRenewalPastItsBoundIsLeftOut(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		bb := &batchingBackend{s: store}
+		c, err := runtime.NewClient(bb, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		long := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, OperationTimeout: 50 * time.Millisecond})
+		short := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, OperationTimeout: 5 * time.Millisecond})
+		a := mustAcquire(t, c, testKey(t, "left-out-a"), long)
+		b := mustAcquire(t, c, testKey(t, "left-out-b"), short)
+		d := mustAcquire(t, c, testKey(t, "left-out-d"), long)
+		errs := make(chan error, 3)
+		go func() { errs <- a.Renew(t.Context()) }()
+		simtest.Settle() // a's batch is in flight (10ms)
+		var bErr error
+		done := make(chan struct{})
+		go func() { bErr = b.Renew(t.Context()); close(done) }()
+		go func() { errs <- d.Renew(t.Context()) }()
+		simtest.Settle() // b and d wait for the next batch
+		<-done           // b's 5ms bound ends during a's batch
+		wantKind(t, "renewal whose bound ended while queued", bErr, leaseapi.ErrAmbiguousOutcome)
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("renewal queued with an expired one: %v", err)
+			}
+		}
+		bb.mu.Lock()
+		defer bb.mu.Unlock()
+		if want := []int{1, 1}; fmt.Sprint(bb.batches) != fmt.Sprint(want) {
+			t.Fatalf("batch sizes: got %v, want %v (a's, then d's without b)", bb.batches, want)
+		}
+	})
+}
