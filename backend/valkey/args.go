@@ -34,25 +34,34 @@ func (t *callText) int(b []byte, n int64) []byte { return t.end(strconv.AppendIn
 // key appends the server key of k with the suffix (leaseSuffix,
 // tokenSuffix): "prefix:{E}" then the suffix; see Store.tag.
 func (t *callText) key(b []byte, prefix string, k leaseapi.Key, suffix string) []byte {
+	return t.end(appendKey(b, prefix, k, suffix))
+}
+
+// appendKey appends the server key of k with the suffix, as
+// callText.key does (RenewBatch builds many in one buffer).
+func appendKey(b []byte, prefix string, k leaseapi.Key, suffix string) []byte {
 	b = append(b, prefix...)
 	b = append(b, ":{"...)
 	b = appendEscaped(b, k.Namespace())
 	b = append(b, '/')
 	b = appendEscaped(b, k.Name())
-	b = append(b, suffix...)
-	return t.end(b)
+	return append(b, suffix...)
 }
 
 // value appends the lease value a caller expects for rec's grant with
 // the TTL ttl, unmarked, "TTL:TOKEN:OWNER" (see scripts.go). The value
 // starts with its TTL's text (µs): ttlLen returns its length.
 func (t *callText) value(b []byte, rec leaseapi.Record, ttl time.Duration) []byte {
+	return t.end(appendValue(b, rec, ttl))
+}
+
+// appendValue appends the value field of callText.value.
+func appendValue(b []byte, rec leaseapi.Record, ttl time.Duration) []byte {
 	b = strconv.AppendInt(b, ttl.Microseconds(), 10)
 	b = append(b, ':')
 	b = strconv.AppendUint(b, uint64(rec.Token), 10)
 	b = append(b, ':')
-	b = append(b, rec.Owner...)
-	return t.end(b)
+	return append(b, rec.Owner...)
 }
 
 // ttlLen is the length of the TTL text at the start of a value field.

@@ -65,17 +65,30 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	units := make([]unit, 0, (len(valid)+chunk-1)/chunk)
 	var ttl time.Duration // the TTL whose text ttla is: a batch's TTLs are mostly one
 	var ttla string
+	// A unit's key names and values are built in one buffer that becomes
+	// one string (TestRenewBatchAllocs): ends[2n] ends the n-th key,
+	// ends[2n+1] its value.
+	var buf []byte
+	ends := make([]int, 0, 2*min(chunk, len(valid)))
 	for start := 0; start < len(valid); start += chunk {
 		elems := valid[start:min(start+chunk, len(valid))]
 		u := unit{elems: elems, keys: make([]string, 0, len(elems)), args: make([]string, 0, 2*len(elems)+2)}
+		buf, ends = buf[:0], ends[:0]
 		for _, i := range elems {
 			r := reqs[i]
-			lk, _ := s.Keys(r.Record.Key)
-			if ttla == "" || r.TTL != ttl {
+			buf = appendKey(buf, s.prefix, r.Record.Key, leaseSuffix)
+			ends = append(ends, len(buf))
+			buf = appendValue(buf, r.Record, r.TTL)
+			ends = append(ends, len(buf))
+		}
+		all, from := string(buf), 0
+		for n, i := range elems {
+			if r := reqs[i]; ttla == "" || r.TTL != ttl {
 				ttl, ttla = r.TTL, micros(r.TTL)
 			}
-			u.keys = append(u.keys, lk)
-			u.args = append(u.args, valueArg(r.Record, r.TTL), ttla)
+			u.keys = append(u.keys, all[from:ends[2*n]])
+			u.args = append(u.args, all[ends[2*n]:ends[2*n+1]], ttla)
+			from = ends[2*n+1]
 		}
 		// srcRenew and srcRenewBatch alike: the bound, then the id.
 		u.id, u.ida = newRequestID()

@@ -273,21 +273,6 @@ func micros(ttl time.Duration) string { return strconv.FormatInt(ttl.Microsecond
 
 func tokenArg(t leaseapi.Token) string { return strconv.FormatUint(uint64(t), 10) }
 
-// valueArg is the lease value a caller expects for rec's grant with the
-// TTL ttl, unmarked: "TTL:TOKEN:OWNER" (see scripts.go). One allocation
-// (the numbers are formatted in place): it is on every renewal's path.
-func valueArg(rec leaseapi.Record, ttl time.Duration) string {
-	var num [20]byte
-	var b strings.Builder
-	b.Grow(2*len(num) + 2 + len(rec.Owner))
-	b.Write(strconv.AppendInt(num[:0], ttl.Microseconds(), 10))
-	b.WriteByte(':')
-	b.Write(strconv.AppendUint(num[:0], uint64(rec.Token), 10))
-	b.WriteByte(':')
-	b.WriteString(rec.Owner)
-	return b.String()
-}
-
 // expiryMicros turns a key's PEXPIRETIME (ms, the grant's expiry minus 1ms;
 // see scripts.go) into the grant's expiry in µs.
 func expiryMicros(pexpiretime int64) int64 { return (pexpiretime + 1) * 1000 }
