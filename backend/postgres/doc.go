@@ -10,29 +10,31 @@
 //
 // # Guarantees
 //
-// Every [leaseapi.Backend] operation is exactly one autocommit statement, so
-// it is atomic without a client-side transaction:
+// Every [leaseapi.Backend] operation changes rows in exactly one autocommit
+// statement, so it is atomic without a client-side transaction:
 //
 //   - TryAcquire is an INSERT ... ON CONFLICT (key) DO UPDATE that only
 //     takes over a row whose grant was released or has expired, and bumps
 //     its token; a statement that returns no row means a live grant exists
 //     (leaseapi.ErrContended, even for the same owner).
 //   - Renew, Validate and Release compare key, owner and token in their one
-//     statement. Release locks the key's row, clears the owner if both
-//     match (keeping the row, so the token is never reused), and, only if
+//     statement. Release is one UPDATE that clears the owner if both
+//     match (keeping the row, so the token is never reused) and, only if
 //     the key is marked as waited for, issues pg_notify in the same
-//     statement (see Release notification below); releasing an already
-//     released grant
-//     with no successor returns nil, a later grant or another owner is
-//     leaseapi.ErrStaleOwner.
-//   - All timing comes from one clock_timestamp() reading per statement, so
-//     Record.ExpiresAt - Record.AcquiredAt is exactly the TTL (to the
-//     microsecond: TTLs are sent as bigint microseconds). Expiry is judged
-//     by the server's clock only; the client never compares its clock with
-//     the server's. An acquisition that had to wait for the row (a fenced
-//     transaction of the previous holder holds it FOR SHARE) is timed from
-//     its statement's start: the wait shortens the grant, never lengthens
-//     it.
+//     statement (see Release notification below). Releasing an already
+//     released grant with no successor returns nil, a later grant or
+//     another owner is leaseapi.ErrStaleOwner; when the UPDATE changed
+//     nothing, a second, read-only statement tells the two apart.
+//   - All timing comes from one reading of the server's clock per
+//     statement (TryAcquire: statement_timestamp(), when the server
+//     received the statement; Renew and RenewBatch: clock_timestamp(),
+//     read before any row lock wait), so Record.ExpiresAt -
+//     Record.AcquiredAt is exactly the TTL (to the microsecond: TTLs are
+//     sent as bigint microseconds). Expiry is judged by the server's clock
+//     only; the client never compares its clock with the server's. An
+//     acquisition that had to wait for the row (a fenced transaction of
+//     the previous holder holds it FOR SHARE) is timed from its
+//     statement's start: the wait shortens the grant, never lengthens it.
 //   - Tokens are per key, start at 1 and increase by one with every
 //     acquisition. They are stored in a bigint column and are as durable as
 //     the database's commits: they survive release, expiry, client and
@@ -239,13 +241,14 @@
 // of the key (a waiting Acquire registers it before its first attempt) sets
 // the mark when it finds the key held, in its one statement, with the row
 // locked, and only if it is not set yet. The release that finds the mark
-// set clears it and notifies; a release that finds it clear is a plain
-// UPDATE. A grant leaves the mark alone: other waiters may still wait (a
-// grant after an expiry notified nobody), so the next release notifies
-// once more, at worst spuriously, and clears it. The rule that follows is
-// that a waiter whose last contended attempt set or found the mark is
-// notified by the next release: no waiter loses its mark without a
-// notification. Watchers on the releasing Store itself are woken directly
+// set notifies and leaves it; a release that finds it clear is the
+// floor's plain UPDATE. The grant that takes over a released row clears
+// the mark (the release before it notified; a mark is only set on a live
+// grant); a grant that takes over an expired row leaves it (nobody was
+// notified), so the next release notifies once more, at worst
+// spuriously. The rule that follows is that a waiter whose last contended
+// attempt set or found the mark is notified by the next release: no
+// waiter loses its mark without a notification. Watchers on the releasing Store itself are woken directly
 // once the release is confirmed, without a NOTIFY. A waiter that never
 // made a contended attempt while watching (or whose attempt found no row
 // yet for the key, a first insertion racing with its own) is not notified

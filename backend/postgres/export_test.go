@@ -60,5 +60,5 @@ var (
 // see where its identifiers appear.
 func SQL(s *Store) []string {
 	q := s.q
-	return []string{q.acquire, q.renew, q.validate, q.release, q.inspect, q.renewBatch, q.fence, q.advance, q.sweep, q.check}
+	return []string{q.acquire, q.acquireMark, q.renew, q.validate, q.release, q.released, q.inspect, q.renewBatch, q.fence, q.advance, q.sweep, q.check}
 }

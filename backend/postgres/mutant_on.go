@@ -17,7 +17,7 @@ func (st statements) mutated() statements {
 		return st
 	}
 	r := strings.NewReplacer("clock_timestamp()", "now()")
-	for _, q := range []*string{&st.acquire, &st.renew, &st.validate, &st.release, &st.inspect, &st.renewBatch, &st.fence, &st.advance, &st.sweep} {
+	for _, q := range []*string{&st.acquire, &st.acquireMark, &st.renew, &st.validate, &st.release, &st.released, &st.inspect, &st.renewBatch, &st.fence, &st.advance, &st.sweep} {
 		*q = r.Replace(*q)
 	}
 	return st

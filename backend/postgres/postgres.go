@@ -108,6 +108,9 @@ type Store struct {
 	channel string
 	q       statements
 
+	// channelArg is channel as a statement argument, boxed once.
+	channelArg any
+
 	// schemaOK is set once the lease table was seen to have the latest
 	// migration's shape (checkSchema); until then every operation checks
 	// first. It is never cleared: a table dropped later is reported by
@@ -133,54 +136,72 @@ var (
 // statements holds the SQL of every operation, built once in New from the
 // validated, quoted identifiers.
 type statements struct {
-	acquire, renew, validate, release, inspect, renewBatch, fence, advance, sweep, check string
+	acquire, acquireMark, renew, validate, release, released, inspect, renewBatch, fence, advance, sweep, check string
+}
+
+// grant is the upsert at the heart of both acquire statements. It takes
+// over only a released or expired row, bumping its token, and is timed by
+// statement_timestamp(): the server's clock when it received the
+// statement, one reading, so expires_at - acquired_at is exactly the TTL,
+// and an acquisition that had to wait for the row lock is timed from
+// before the wait. No row means contended, or late.
+//
+// Not-after ($4, see inTime): ON CONFLICT DO UPDATE locks the conflicting
+// row first (waiting for a transaction that holds it) and only then
+// evaluates its WHERE, so the bound there is checked with the lock held;
+// the SELECT's WHERE checks it on the path that inserts a new row.
+//
+// The waiter mark: taking over a released row clears it, because the
+// release that ended the previous grant found it set and notified (a mark
+// is only ever set on a live grant, see acquireMark); taking over an
+// expired row keeps it, because nobody was notified.
+//
+// It returns the token and acquired_at only: expires_at is acquired_at
+// plus the TTL's microseconds, exactly, and the client adds them itself
+// (grantExpiry), which saves decoding a column.
+func grant(t string) string {
+	return fmt.Sprintf(`
+	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
+	SELECT $1::text, $2::text, 1, statement_timestamp(), statement_timestamp() + $3::bigint * interval '1 microsecond'
+	WHERE %[2]s
+	ON CONFLICT (key) DO UPDATE
+	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+		waiting = l.waiting AND l.owner IS NOT NULL
+	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
+	RETURNING l.token, l.acquired_at
+`, t, inTime("$4"))
 }
 
 func buildStatements(n names) statements {
 	t, f := n.qTable, n.qFences
 	return statements{
-		// One clock reading per statement (the CTE is materialised because
-		// clock_timestamp() is volatile), so expires_at - acquired_at is
-		// exactly the TTL. The upsert only takes over a released or
-		// expired row, bumping its token; no row from ins means contended,
-		// or late.
-		//
-		// Not-after ($4, see inTime): ON CONFLICT DO UPDATE locks the
-		// conflicting row first (waiting for a transaction that holds it)
-		// and only then evaluates its WHERE, so the bound there is checked
-		// with the lock held; the SELECT's WHERE checks it on the path
-		// that inserts a new row. The last column tells a late statement
-		// from a contended one: it is evaluated after ins has run (so a
-		// contended statement that ends past its bound is reported late:
-		// not applied either way, and its caller's deadline has passed).
-		//
-		// The waiter mark ($5, see waitMark): a contended attempt by a
-		// Store that watches the key sets waiting, so that the release
-		// notifies. mark reads ins first (NOT EXISTS), so it runs after
-		// the upsert, which has locked the row (ON CONFLICT DO UPDATE
-		// keeps the lock even when its WHERE is false); it writes only
-		// when the mark is not set yet, and not past the bound (a late
-		// statement changes nothing, the mark included). A key with no
-		// row yet that is contended (a concurrent first insertion) gets
+		// acquire is the upsert of an attempt that sets no waiter mark
+		// (see grant); the last column tells a late statement from a
+		// contended one. It is evaluated after ins has run, so a contended
+		// statement that ends past its bound is reported late: not
+		// applied either way, and its caller's deadline has passed.
+		acquire: fmt.Sprintf(`WITH ins AS (%[1]s)
+SELECT ins.token, ins.acquired_at, NOT %[2]s
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t), inTime("$4")),
+
+		// acquireMark is acquire for a Store that watches the key ($5,
+		// see waitMark): a contended attempt sets waiting, so that the
+		// release notifies. mark reads ins first (NOT EXISTS), so it runs
+		// after the upsert, which has locked the row (ON CONFLICT DO
+		// UPDATE keeps the lock even when its WHERE is false); it writes
+		// only when the mark is not set yet, and not past the bound (a
+		// late statement changes nothing, the mark included). A key with
+		// no row yet that is contended (a concurrent first insertion) gets
 		// no mark: its waiter falls back to its retry interval once.
-		acquire: fmt.Sprintf(`WITH now AS (SELECT clock_timestamp() AS t),
-ins AS (
-	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
-	SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
-	WHERE %[2]s
-	ON CONFLICT (key) DO UPDATE
-	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
-	RETURNING l.token, l.acquired_at, l.expires_at
-),
+		acquireMark: fmt.Sprintf(`WITH ins AS (%[1]s),
 mark AS (
-	UPDATE %[1]s AS l SET waiting = true
-	WHERE $5::boolean AND l.key = $1::text AND NOT l.waiting
-		AND NOT EXISTS (SELECT 1 FROM ins) AND %[2]s
+	UPDATE %[2]s AS l SET waiting = true
+	WHERE l.key = $1::text AND NOT l.waiting
+		AND NOT EXISTS (SELECT 1 FROM ins) AND %[3]s
 	RETURNING 1
 )
-SELECT ins.token, ins.acquired_at, ins.expires_at, NOT %[2]s
-FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, t, inTime("$4")),
+SELECT ins.token, ins.acquired_at, NOT %[3]s
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t), t, inTime("$4")),
 
 		// A plain UPDATE checks its WHERE before it waits for a row lock,
 		// and does not check it again after the wait unless the row was
@@ -212,28 +233,24 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN u ON true`, t, inTime("$5")),
 		validate: fmt.Sprintf(`SELECT l.acquired_at, l.expires_at FROM (VALUES (1)) AS one (x)
 LEFT JOIN %[1]s AS l ON l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint AND l.expires_at > clock_timestamp()`, t),
 
-		// cur locks the key's row and reads its newest version; r releases
-		// it if owner and token match, clearing the waiter mark; n
-		// notifies (delivered at commit) only if the mark was set: a
-		// transaction that notified serialises its commit with every
-		// other notifying transaction of the database, so an uncontended
-		// release must not. The CASE evaluates n first, so it always
-		// runs. Result: 0 released now, 1 already released (idempotent),
-		// 2 stale.
-		release: fmt.Sprintf(`WITH cur AS (
-	SELECT key, owner, token, waiting FROM %[1]s WHERE key = $1::text FOR UPDATE
-), r AS (
-	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at, waiting = false
-	FROM cur WHERE l.key = cur.key AND cur.owner = $2::text AND cur.token = $3::bigint
-	RETURNING cur.waiting
-), n AS (
-	SELECT pg_notify($4::text, $5::text) FROM r WHERE r.waiting
-)
-SELECT CASE
-	WHEN (SELECT count(*) FROM n) > 0 THEN 0
-	WHEN EXISTS (SELECT 1 FROM r) THEN 0
-	WHEN EXISTS (SELECT 1 FROM cur WHERE cur.token = $3::bigint AND cur.owner IS NULL) THEN 1
-	ELSE 2 END`, t),
+		// One UPDATE comparing owner and token. If the row is locked, it
+		// waits, and if the row was changed meanwhile (a waiter's mark),
+		// evaluates its WHERE again and updates the newest version, so
+		// RETURNING reads the mark as the release leaves it. It notifies
+		// (delivered at commit) only if the mark is set: a transaction
+		// that notified serialises its commit with every other notifying
+		// transaction of the database, so an uncontended release must
+		// not. The mark stays: the next grant of the released row clears
+		// it (see grant). The payload is computed by the server, and only
+		// then (payloadSQL). No row means already released, or stale:
+		// released tells which.
+		release: fmt.Sprintf(`UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at
+WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint
+RETURNING CASE WHEN l.waiting THEN pg_notify($4::text, %[2]s) IS NOT NULL ELSE false END`, t, payloadSQL("$1")),
+
+		// released reads whether the key's row is the released grant of
+		// token $2 (the idempotent release), after release changed nothing.
+		released: fmt.Sprintf(`SELECT count(*) FROM %[1]s WHERE key = $1::text AND token = $2::bigint AND owner IS NULL`, t),
 
 		inspect: fmt.Sprintf(`SELECT coalesce(owner, ''), token, acquired_at, expires_at,
 	owner IS NOT NULL AND expires_at > clock_timestamp()
@@ -330,6 +347,7 @@ func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 		channel: n.channel(),
 		q:       buildStatements(n).mutated(),
 	}
+	s.channelArg = s.channel
 	s.watches = watchhub.New[string, string](s.listen)
 	return s, nil
 }
@@ -346,6 +364,13 @@ func (s *Store) waitMark(key leaseapi.Key) bool {
 // keyHash is the NOTIFY payload for key: a hash, so the key itself never
 // travels in a notification.
 func keyHash(k leaseapi.Key) string { return keyHashString(k.String()) }
+
+// payloadSQL is keyHash computed by the server from the key text p: the
+// first 16 bytes of the SHA-256 of its UTF-8 bytes, in hex.
+// TestReleaseNotifiesOnlyWaiters checks that the two agree.
+func payloadSQL(p string) string {
+	return fmt.Sprintf("encode(substr(sha256(convert_to(%s::text, 'UTF8')), 1, 16), 'hex')", p)
+}
 
 func keyHashString(k string) string {
 	h := sha256.Sum256([]byte(k))
@@ -441,15 +466,28 @@ func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	}
 	defer c.Release()
 	var r struct { // one allocation for all the scan targets
-		tok      pgtype.Int8
-		acq, exp pgtype.Timestamptz
-		late     bool
+		tok  pgtype.Int8
+		acq  pgtype.Timestamptz
+		late bool
 	}
-	err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), bound(ctx), s.waitMark(key)).Scan(&r.tok, &r.acq, &r.exp, &r.late)
+	q := s.q.acquire
+	if s.waitMark(key) {
+		q = s.q.acquireMark
+	}
+	err = c.QueryRow(ctx, q, key.String(), owner, ttl.Microseconds(), bound(ctx)).Scan(&r.tok, &r.acq, &r.late)
 	if err != nil {
 		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
 	}
-	return acquireResult(op, key, owner, r.tok, r.acq, r.exp, r.late)
+	return acquireResult(op, key, owner, r.tok, r.acq, grantExpiry(r.acq, ttl), r.late)
+}
+
+// grantExpiry is the expires_at the grant statement stored: acquired_at
+// plus the TTL's microseconds (the statement's $3), computed exactly.
+func grantExpiry(acq pgtype.Timestamptz, ttl time.Duration) pgtype.Timestamptz {
+	if finite(acq) {
+		acq.Time = acq.Time.Add(time.Duration(ttl.Microseconds()) * time.Microsecond)
+	}
+	return acq
 }
 
 // acquireResult interprets the acquire statement's row.
@@ -546,14 +584,15 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 	return rec, nil
 }
 
-// Release implements [leaseapi.Backend] with one statement that locks the
-// key's row, clears the owner if owner and token match (keeping the row and
-// its token) and, in the same statement, issues pg_notify for the
+// Release implements [leaseapi.Backend] with one UPDATE that clears the
+// owner if owner and token match (keeping the row and its token) and, in
+// the same statement, issues pg_notify for the
 // [Store.WatchRelease] watchers of other Stores if one of them marked the
 // key as waited for (see the package doc). Watchers on this Store are woken
-// directly once the release is confirmed. It is idempotent; a later grant
-// or another owner is leaseapi.ErrStaleOwner; a lost reply is
-// leaseapi.ErrAmbiguousOutcome.
+// directly once the release is confirmed. It is idempotent (an UPDATE that
+// changed nothing is followed by one read that tells an already released
+// grant from a stale one); a later grant or another owner is
+// leaseapi.ErrStaleOwner; a lost reply is leaseapi.ErrAmbiguousOutcome.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
 	if err := s.ready(op); err != nil {
@@ -570,16 +609,26 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 		return err
 	}
 	defer c.Release()
-	var outcome int32
-	hash := keyHash(rec.Key)
-	err = c.QueryRow(ctx, s.q.release, rec.Key.String(), rec.Owner, int64(rec.Token), s.channel, hash).Scan(&outcome)
+	key := rec.Key.String()
+	ct, err := c.Exec(ctx, s.q.release, key, rec.Owner, int64(rec.Token), s.channelArg)
 	if err != nil {
 		return leaseapi.Wrap(classify(err, true), op)
 	}
-	switch outcome {
-	case 0: // released now: this Store's own watchers need no NOTIFY
-		s.watches.Notify(hash)
-	case 2:
+	if ct.RowsAffected() == 1 { // released now: this Store's own watchers need no NOTIFY
+		if s.watches.Len() > 0 {
+			s.watches.Notify(keyHashString(key))
+		}
+		return nil
+	}
+	// Nothing changed: already released (idempotent), or stale. The
+	// answer is read after the UPDATE, so it holds at that later instant,
+	// at which the UPDATE would not have matched either (a token only
+	// grows).
+	var n int64
+	if err := c.QueryRow(ctx, s.q.released, key, int64(rec.Token)).Scan(&n); err != nil {
+		return leaseapi.Wrap(classify(err, false), op)
+	}
+	if n == 0 {
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
 	return nil

@@ -75,7 +75,8 @@ func waiting(t *testing.T, pool *pgxpool.Pool, s *postgres.Store, k leaseapi.Key
 // client's contended attempt set the key's waiter mark. An uncontended
 // release, a release after a contended attempt of a client that does not
 // watch, and the release of a waiter that was woken and granted issue no
-// NOTIFY; the release that finds the mark clears it.
+// NOTIFY; the mark stays set after the release that notified, until the
+// next grant of the released row clears it.
 func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	t.Parallel()
 	url := dbURL(t)
@@ -138,7 +139,8 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	want("release after an unwatched contended attempt", 0)
 
 	// A watching client's contended attempt sets the mark; the release
-	// notifies once and clears it; repeated attempts do not notify twice.
+	// notifies once and leaves it for the next grant to clear; repeated
+	// attempts do not notify twice, nor does a repeated release.
 	ch, stop := waiter.WatchRelease(k)
 	defer stop()
 	rec = hold()
@@ -149,9 +151,11 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	}
 	release(holder, rec)
 	want("release with a waiter", 1)
-	if waiting(t, pool, holder, k) {
-		t.Fatal("the release that notified left the waiter mark set")
+	if !waiting(t, pool, holder, k) {
+		t.Fatal("the release that notified cleared the waiter mark before the next grant")
 	}
+	release(holder, rec)
+	want("repeated release", 0)
 	select {
 	case <-ch:
 	case <-time.After(10 * time.Second):
@@ -194,8 +198,8 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 
 // TestWaiterMarkSurvivesGrantAfterExpiry: a grant made after the holder's
 // lease expired (no release, so nobody was notified) keeps the mark that
-// other waiters may still need; the next release notifies once and clears
-// it.
+// other waiters may still need; the next release notifies once, and the
+// grant after that release clears the mark.
 func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 	t.Parallel()
 	url := dbURL(t)
@@ -231,7 +235,17 @@ func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 	if got := p.next(t); len(got) != 1 {
 		t.Fatalf("release after a grant after expiry: notifications %q, want 1", got)
 	}
+	rec, err = s.TryAcquire(ctx, k, "next", time.Minute)
+	if err != nil {
+		t.Fatalf("grant after the release: %v", err)
+	}
 	if waiting(t, pool, s, k) {
-		t.Fatal("the release left the waiter mark set")
+		t.Fatal("the grant after a notifying release left the waiter mark set")
+	}
+	if err := s.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.next(t); len(got) != 0 {
+		t.Fatalf("release after the mark was cleared: notifications %q, want none", got)
 	}
 }

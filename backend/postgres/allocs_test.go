@@ -1,0 +1,56 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/leasekit/lease/leaseapi"
+)
+
+// pairAllocsOverFloor is what a Store pair (TryAcquire + Release) may
+// allocate beyond the floor's pair (the minimal statements sent bare
+// through the same pool), both measured here: the key's text built once
+// more (Key.String, per statement), the acquire's scan targets and its two
+// more columns
+// (acquired_at, the late flag). The release sends the floor's arguments
+// plus the NOTIFY channel (boxed once per Store) and reads no row; the
+// acquire reads no expires_at (the client adds the TTL). A new argument,
+// column or per-call copy fails this test.
+const pairAllocsOverFloor = 8
+
+// TestPairAllocsNearTheFloor guards the Store's client-side cost on the
+// hot path: allocations per acquire+release pair, against the floor's in
+// the same process, serially (no pool waits).
+func TestPairAllocsNearTheFloor(t *testing.T) {
+	url := dbURL(t)
+	pool := newPool(t, url)
+	s, _ := newStore(t, url, pool)
+	floor := floorPair(t, s, pool)
+	store := storePair(s)
+	ctx := context.Background()
+	measure := func(name string, pair func(context.Context, leaseapi.Key) error) float64 {
+		t.Helper()
+		i := 0
+		var err error
+		keys := make([]leaseapi.Key, 201) // built before: the key is the caller's
+		for j := range keys {
+			keys[j] = leaseapi.MustKey("allocs", fmt.Sprint(name, j))
+		}
+		n := testing.AllocsPerRun(200, func() {
+			if e := pair(ctx, keys[i%len(keys)]); e != nil && err == nil {
+				err = e
+			}
+			i++
+		})
+		if err != nil {
+			t.Fatalf("%s pair: %v", name, err)
+		}
+		return n
+	}
+	f, st := measure("floor", floor), measure("store", store)
+	t.Logf("allocations per pair: floor %.0f, store %.0f", f, st)
+	if st > f+pairAllocsOverFloor {
+		t.Fatalf("a Store pair allocates %.0f times, the floor's %.0f: more than %d over the floor", st, f, pairAllocsOverFloor)
+	}
+}
