@@ -41,9 +41,8 @@ func (c *Client) Acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	return c.observedAcquire(ctx, key, p, true)
 }
 
-// first receives the send instant of the first attempt (the start of the
-// acquisition's duration in the metrics); it stays zero if none was sent.
-func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool, first *time.Time) (*Handle, error) {
+// a receives the acquisition's timing for the metrics (acquisition).
+func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool, a *acquisition) (*Handle, error) {
 	const op = "acquire"
 	switch {
 	case !c.usable():
@@ -68,7 +67,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	}
 
 	if !wait || p.Wait() == 0 {
-		return c.attempt(ctx, key, p, first)
+		return c.attempt(ctx, key, p, a)
 	}
 
 	// A waiting acquisition also ends when the client closes.
@@ -85,7 +84,7 @@ func (c *Client) acquire(ctx context.Context, key leaseapi.Key, p leaseapi.Polic
 	}
 	end := c.clk.Now().Add(p.Wait())
 	for attempt := uint32(1); ; attempt++ {
-		h, err := c.attempt(ctx, key, p, first)
+		h, err := c.attempt(ctx, key, p, a)
 		if err == nil || !retryable(err) {
 			return h, c.closedOr(err, op)
 		}
@@ -155,22 +154,22 @@ func errClosed(op string) error {
 // attempt makes one acquisition: a fresh owner id, one backend call
 // anchored at its send time, and, if the reply was lost, one inspection to
 // adopt the grant the call may have made.
-func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, first *time.Time) (*Handle, error) {
+func (c *Client) attempt(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, a *acquisition) (*Handle, error) {
 	const op = "acquire"
 	owner, err := c.owners.NewOwner()
 	if err != nil {
 		return nil, leaseapi.Wrap(err, op)
 	}
 	sentAt := c.clk.Now()
-	if first.IsZero() {
-		*first = sentAt
+	if a.first.IsZero() {
+		a.first = sentAt
 	}
 	resolved := false
 	octx, cancel := c.opContext(ctx, p, sentAt)
 	rec, err := c.b.TryAcquire(octx, key, owner, p.TTL())
 	cancel()
 	doneAt := c.clk.Now() // the reply's arrival: the call's latency, and recvAt below
-	c.m.called(callAcquire, doneAt.Sub(sentAt), err)
+	a.called(c.m, doneAt.Sub(sentAt), err)
 	if err != nil {
 		switch kind := leaseapi.Kind(err); {
 		case kind == leaseapi.ErrAmbiguousOutcome:

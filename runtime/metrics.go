@@ -264,7 +264,13 @@ func (h *histogram) snapshot() Histogram {
 // clientMetrics is a Client's recording side. A nil *clientMetrics (metrics
 // off) records nothing: every method checks.
 type clientMetrics struct {
-	acquire      [nKinds]histogram
+	acquire [nKinds]histogram
+	// grants counts each successful acquisition that was one successful
+	// acquire call of the same duration (a TryAcquire, or an Acquire
+	// granted at its first attempt, whose reply was the grant): the
+	// snapshot adds it to both acquire[ok] and calls[callAcquire][ok],
+	// so the common acquisition is one observation, not two.
+	grants       histogram
 	calls        [nCalls][nKinds]histogram
 	losses       [len(lossCauses)]counter
 	transitions  [nStates][nStates]counter
@@ -272,11 +278,51 @@ type clientMetrics struct {
 	since        time.Time // when counting started: the client's creation
 }
 
-// acquired records one Acquire/TryAcquire call, waits included.
-func (m *clientMetrics) acquired(d time.Duration, err error) {
+// acquisition is one Acquire/TryAcquire call's timing, from its attempts
+// to observedAcquire: the first attempt's send instant (zero if none was
+// sent), and the latency of its last successful acquire call, which is
+// held back (pending) until the acquisition ends, to be counted with it.
+type acquisition struct {
+	first   time.Time
+	okCall  time.Duration
+	pending bool
+}
+
+// called records one acquire call of the acquisition; a success waits in
+// a for the acquisition's end (acquired), when it is counted.
+func (a *acquisition) called(m *clientMetrics, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
+	a.flush(m)
+	if err == nil {
+		a.okCall, a.pending = d, true
+		return
+	}
+	m.called(callAcquire, d, err)
+}
+
+// flush counts the acquire call a holds back, if any.
+func (a *acquisition) flush(m *clientMetrics) {
+	if a.pending {
+		a.pending = false
+		m.called(callAcquire, a.okCall, nil)
+	}
+}
+
+// acquired records one Acquire/TryAcquire call of duration d, waits
+// included, and the acquire call a holds back: a success of the same
+// duration as that call is one observation of grants.
+func (m *clientMetrics) acquired(a *acquisition, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	if err == nil && a.pending && a.okCall == d {
+		a.pending = false
+		m.grants.observe(d)
+		return
+	}
+	a.flush(m)
 	m.acquire[kindIndex(err)].observe(d)
 }
 
@@ -324,7 +370,9 @@ type Metrics struct {
 	Acquisitions []OutcomeHistogram
 	// BackendCalls: every call the Client and its supervisors made to the
 	// backend, by operation and outcome, with its latency as the caller
-	// saw it (a batched renewal includes its wait for the batch).
+	// saw it (a batched renewal includes its wait for the batch). A
+	// successful acquire call is counted when its Acquire or TryAcquire
+	// returns, with the acquisition.
 	BackendCalls []CallHistogram
 	// Renewals: every renewal a handle sent to the backend (Renew and
 	// managed renewal), by outcome.
@@ -447,8 +495,13 @@ func (m *clientMetrics) snapshot() Metrics {
 	if m == nil {
 		return out
 	}
+	grants := m.grants.snapshot()
 	for i := range m.acquire {
-		if h := m.acquire[i].snapshot(); h.Count() > 0 {
+		h := m.acquire[i].snapshot()
+		if i == 0 {
+			h.add(grants)
+		}
+		if h.Count() > 0 {
 			out.Acquisitions = append(out.Acquisitions, OutcomeHistogram{Outcome: outcomeAt(i), Histogram: h})
 		}
 	}
@@ -457,6 +510,10 @@ func (m *clientMetrics) snapshot() Metrics {
 		for i := range m.calls[op] {
 			h := m.calls[op][i].snapshot()
 			switch op {
+			case callAcquire:
+				if i == 0 {
+					h.add(grants)
+				}
 			case callRenew: // every renewal is one call (supervisorCall)
 				renewals[i] = h.Count()
 			case callRelease: // so is every release; callDiscard is not one

@@ -18,8 +18,9 @@ func BenchmarkRecordPair(b *testing.B) {
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
-		c.m.called(callAcquire, time.Microsecond, nil)
-		c.m.acquired(2*time.Microsecond, nil)
+		var a acquisition
+		a.called(c.m, time.Microsecond, nil)
+		c.m.acquired(&a, time.Microsecond, nil)
 		c.supervisorCall(supervisor.Call{Kind: supervisor.CallRelease, SentAt: now, Done: now.Add(time.Microsecond)})
 		c.stateChanged(supervisor.StateChange{Key: k, Token: 1, At: now, From: leaseapi.StateActive, To: leaseapi.StateReleased})
 	}

@@ -162,6 +162,12 @@ func TestMetricsAcquireWaitIsTimed(t *testing.T) {
 		if got := m.BackendCall(leaseapi.OperationAcquire, contended).Count(); got != 3 {
 			t.Fatalf("contended attempts: got %d, want 3", got)
 		}
+		// The holder's grant took no simulated time, as did its call (one
+		// observation for both); the waiter's granting call took none
+		// either, though its acquisition took 2.5s.
+		if call := m.BackendCall(leaseapi.OperationAcquire, ok); call.Count() != 2 || call.Sum != 0 {
+			t.Fatalf("granting calls: got %d totalling %v, want 2 totalling 0", call.Count(), call.Sum)
+		}
 		if m.Waiting != 0 {
 			t.Fatalf("waiting after: got %d, want 0", m.Waiting)
 		}

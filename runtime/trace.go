@@ -157,16 +157,16 @@ func (sp span) end(c *Client, h *Handle, err error) {
 
 // observedAcquire is Acquire/TryAcquire with its metrics and trace.
 func (c *Client) observedAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy, wait bool) (*Handle, error) {
-	var first time.Time // the first attempt's send instant
+	var a acquisition
 	if !c.usable() {
-		return c.acquire(ctx, key, p, wait, &first) // fails closed, untraced
+		return c.acquire(ctx, key, p, wait, &a) // fails closed, untraced
 	}
 	op := TraceTryAcquire
 	if wait {
 		op = TraceAcquire
 	}
 	ctx, sp := c.startSpan(ctx, op, key, 0)
-	h, err := c.acquire(ctx, key, p, wait, &first)
+	h, err := c.acquire(ctx, key, p, wait, &a)
 	if c.m != nil {
 		// From the first request's send to the grant's receipt: clock
 		// readings the acquisition takes anyway. A failure reads the clock
@@ -174,11 +174,11 @@ func (c *Client) observedAcquire(ctx context.Context, key leaseapi.Key, p leasea
 		var d time.Duration
 		switch {
 		case h != nil:
-			d = h.s.View().RecvAt.Sub(first)
-		case !first.IsZero():
-			d = c.clk.Since(first)
+			d = h.s.View().RecvAt.Sub(a.first)
+		case !a.first.IsZero():
+			d = c.clk.Since(a.first)
 		}
-		c.m.acquired(d, err)
+		c.m.acquired(&a, d, err)
 	}
 	sp.end(c, h, err)
 	return h, err
