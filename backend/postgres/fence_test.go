@@ -99,7 +99,9 @@ func TestFenceHoldsOffSuccessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := leaseapi.MustKey("fence", "k")
-	const ttl = 200 * time.Millisecond
+	// Long enough that the grant is still live at the Fence under load; the
+	// test then waits for its expiry on the server's clock.
+	const ttl = time.Second
 	rec, tx := grantAndBegin(t, s, pool, k, ttl)
 	if err := s.Fence(ctx, tx, rec); err != nil {
 		t.Fatalf("Fence of the live grant: got %v, want nil", err)
@@ -107,7 +109,7 @@ func TestFenceHoldsOffSuccessor(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{opts.Schema, "data"}.Sanitize()+" VALUES ('holder')"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(ttl + 50*time.Millisecond) // let the TTL pass
+	waitExpired(t, direct, rec)
 
 	type result struct {
 		rec leaseapi.Record
@@ -282,26 +284,31 @@ func TestFenceJudgesByTheClock(t *testing.T) {
 	if !live {
 		t.Fatal("the transaction began after the grant expired: the test proves nothing")
 	}
-	// Poll the server's clock (outside tx) until the grant has expired.
+	waitExpired(t, pool, rec) // outside tx
+	wantKind(t, "Fence, in a transaction begun before the expiry, after it", s.Fence(ctx, tx, rec), leaseapi.ErrStaleOwner)
+}
+
+// grantAndBegin grants k to "holder" for ttl and begins a transaction on
+// pool, rolled back when t ends: the start of the fence tests.
+// waitExpired polls the server's clock until rec's grant has expired.
+func waitExpired(t *testing.T, pool *pgxpool.Pool, rec leaseapi.Record) {
+	t.Helper()
 	limit := time.Now().Add(10 * time.Second)
 	for {
 		var expired bool
-		if err := pool.QueryRow(ctx, `SELECT clock_timestamp() > $1::timestamptz`, rec.ExpiresAt).Scan(&expired); err != nil {
+		if err := pool.QueryRow(t.Context(), `SELECT clock_timestamp() > $1::timestamptz`, rec.ExpiresAt).Scan(&expired); err != nil {
 			t.Fatal(err)
 		}
 		if expired {
-			break
+			return
 		}
 		if time.Now().After(limit) {
 			t.Fatal("the grant never expired on the server's clock")
 		}
 		time.Sleep(10 * time.Millisecond) // polling the server's clock
 	}
-	wantKind(t, "Fence, in a transaction begun before the expiry, after it", s.Fence(ctx, tx, rec), leaseapi.ErrStaleOwner)
 }
 
-// grantAndBegin grants k to "holder" for ttl and begins a transaction on
-// pool, rolled back when t ends: the start of the fence tests.
 func grantAndBegin(t *testing.T, s *postgres.Store, pool *pgxpool.Pool, k leaseapi.Key, ttl time.Duration) (leaseapi.Record, pgx.Tx) {
 	t.Helper()
 	rec, err := s.TryAcquire(t.Context(), k, "holder", ttl)
