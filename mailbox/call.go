@@ -74,18 +74,25 @@ func (c Call[Q, R]) Reply(r R) {
 // reply (the actor bounds its own work) or for done. It returns
 // [ErrClosed] if done (the actor's exit channel) closes without a reply.
 func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
+	r, _, err := c.wait(ctx, done)
+	return r, err
+}
+
+// wait is Wait, also reporting whether the reply was received: then the
+// actor is done with the exchange.
+func (c Call[Q, R]) wait(ctx context.Context, done <-chan struct{}) (_ R, replied bool, _ error) {
 	select {
 	case <-c.x.done:
-		return c.x.r, nil
+		return c.x.r, true, nil
 	case <-ctx.Done():
 		if c.x.state.CompareAndSwap(pending, withdrawn) {
 			var zero R
-			return zero, ctx.Err()
+			return zero, false, ctx.Err()
 		}
 		// Taken: the actor is acting on it and will reply.
 		select {
 		case <-c.x.done:
-			return c.x.r, nil
+			return c.x.r, true, nil
 		case <-done:
 			return c.afterExit()
 		}
@@ -96,13 +103,13 @@ func (c Call[Q, R]) Wait(ctx context.Context, done <-chan struct{}) (R, error) {
 
 // afterExit answers a call whose actor has exited: the reply it may have
 // sent just before, else ErrClosed.
-func (c Call[Q, R]) afterExit() (R, error) {
+func (c Call[Q, R]) afterExit() (R, bool, error) {
 	select {
 	case <-c.x.done:
-		return c.x.r, nil
+		return c.x.r, true, nil
 	default:
 		var zero R
-		return zero, ErrClosed
+		return zero, false, ErrClosed
 	}
 }
 
@@ -111,24 +118,84 @@ func (c Call[Q, R]) afterExit() (R, error) {
 // done} and then [Call.Wait]. Errors are ctx's error (nothing was or will
 // be done) or [ErrClosed].
 func Request[Q, R any](ctx context.Context, m *Mailbox[Call[Q, R]], done <-chan struct{}, req Q) (R, error) {
-	var zero R
-	if err := ctx.Err(); err != nil {
+	if err := refuse(ctx, done); err != nil {
+		var zero R
 		return zero, err
+	}
+	r, _, err := send(ctx, m, done, NewCall[Q, R](req))
+	return r, err
+}
+
+// Slot is a reply exchange that the requests to one actor reuse, one at a
+// time: [RequestVia] uses it when no other request holds it (and makes a
+// fresh exchange otherwise), which saves the exchange and its reply
+// channel per request. It is safe for concurrent use; the zero value is
+// ready, and its reply channel is made by the first request that uses it.
+// A Slot belongs to one actor: like the mailbox, keep it with it.
+//
+// A request gives the slot back only when the actor can no longer touch
+// it: once the reply was received, or if nothing was sent. A withdrawn
+// call stays in the mailbox until the actor skips it, and a call that
+// raced the actor's exit may stay there for ever; their slot is never
+// reused (later requests make fresh exchanges), so a stale call can never
+// claim a later request's exchange.
+type Slot[R any] struct {
+	// busy is taken (false to true) by the request that uses x and given
+	// back by it as described above.
+	busy atomic.Bool
+	x    exchange[R]
+}
+
+// RequestVia is [Request] using slot s for the exchange when it is free.
+func RequestVia[Q, R any](ctx context.Context, m *Mailbox[Call[Q, R]], done <-chan struct{}, s *Slot[R], req Q) (R, error) {
+	var zero R
+	if err := refuse(ctx, done); err != nil {
+		return zero, err
+	}
+	if !s.busy.CompareAndSwap(false, true) {
+		r, _, err := send(ctx, m, done, NewCall[Q, R](req))
+		return r, err
+	}
+	x := &s.x
+	if x.done == nil {
+		x.done = make(chan struct{}, 1)
+	}
+	x.state.Store(pending)
+	r, free, err := send(ctx, m, done, Call[Q, R]{Req: req, x: x})
+	if free {
+		x.r = zero // keep nothing of this reply alive
+		s.busy.Store(false)
+	}
+	return r, err
+}
+
+// refuse is the error of a request that must not be sent: ctx is done, or
+// the actor has exited.
+func refuse(ctx context.Context, done <-chan struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	select {
 	case <-done:
-		return zero, ErrClosed
+		return ErrClosed
 	default:
 	}
-	c := NewCall[Q, R](req)
+	return nil
+}
+
+// send is the three-way select on {send, ctx, done}, then the wait. free
+// reports that the actor is done with c's exchange: nothing was sent, or
+// the reply was received.
+func send[Q, R any](ctx context.Context, m *Mailbox[Call[Q, R]], done <-chan struct{}, c Call[Q, R]) (_ R, free bool, _ error) {
+	var zero R
 	select {
 	case m.ch <- c:
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		return zero, true, ctx.Err()
 	case <-m.closed:
-		return zero, ErrClosed
+		return zero, true, ErrClosed
 	case <-done:
-		return zero, ErrClosed
+		return zero, true, ErrClosed
 	}
-	return c.Wait(ctx, done)
+	return c.wait(ctx, done)
 }

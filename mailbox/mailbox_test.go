@@ -314,3 +314,114 @@ func TestTakenCallAnsweredAtExit(t *testing.T) {
 		t.Fatalf("Wait: got (%d, %v), want (7, nil)", got, err)
 	}
 }
+
+// doubler is an actor that answers every call it takes with twice its
+// request, until m is closed; done is closed as it exits.
+func doubler(m *Mailbox[Call[int, int]], done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case c := <-m.Receive():
+			if c.Take() {
+				c.Reply(c.Req * 2)
+			}
+		case <-m.Closed():
+			return
+		}
+	}
+}
+
+// TestRequestViaReusesTheSlot: requests made one after another through a
+// slot get their own replies and, after the first (which makes the reply
+// channel), allocate nothing.
+func TestRequestViaReusesTheSlot(t *testing.T) {
+	m := New[Call[int, int]](1)
+	done := make(chan struct{})
+	go doubler(m, done)
+	defer func() { m.Close(); <-done }()
+	var s Slot[int]
+	ctx := context.Background()
+	for i := range 10 {
+		if got, err := RequestVia(ctx, m, done, &s, i); err != nil || got != 2*i {
+			t.Fatalf("request %d: got (%d, %v), want (%d, nil)", i, got, err, 2*i)
+		}
+	}
+	n := 0
+	if allocs := testing.AllocsPerRun(100, func() {
+		n++
+		if got, err := RequestVia(ctx, m, done, &s, n); err != nil || got != 2*n {
+			t.Fatalf("got (%d, %v), want (%d, nil)", got, err, 2*n)
+		}
+	}); allocs != 0 {
+		t.Fatalf("allocations per request through a free slot: got %v, want 0", allocs)
+	}
+}
+
+// TestRequestViaConcurrent: concurrent requests through one slot (one
+// holds it, the others make their own exchanges) each get their own reply.
+func TestRequestViaConcurrent(t *testing.T) {
+	m := New[Call[int, int]](2)
+	done := make(chan struct{})
+	go doubler(m, done)
+	defer func() { m.Close(); <-done }()
+	var s Slot[int]
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				req := g*1000 + i
+				if got, err := RequestVia(context.Background(), m, done, &s, req); err != nil || got != 2*req {
+					t.Errorf("got (%d, %v), want (%d, nil)", got, err, 2*req)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestRequestViaWithdrawnSlotIsNotReused: a call withdrawn while queued
+// keeps its slot: the actor skips the stale call when it gets to it, and
+// the next request, with an exchange of its own, is taken and answered as
+// itself.
+func TestRequestViaWithdrawnSlotIsNotReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[Call[int, int]](2)
+		done := make(chan struct{})
+		var s Slot[int]
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := RequestVia(ctx, m, done, &s, 1)
+			errc <- err
+		}()
+		synctest.Wait() // queued, waiting for the reply
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("withdrawn request: got %v, want context.Canceled", err)
+		}
+		type res struct {
+			v   int
+			err error
+		}
+		resc := make(chan res, 1)
+		go func() {
+			v, err := RequestVia(t.Context(), m, done, &s, 21)
+			resc <- res{v, err}
+		}()
+		synctest.Wait() // queued behind the withdrawn call
+		stale := <-m.Receive()
+		if stale.Take() {
+			t.Fatal("Take of the withdrawn call: got true, want false")
+		}
+		c := <-m.Receive()
+		if c.Req != 21 || !c.Take() {
+			t.Fatalf("next call: got request %d, taken false; want 21, taken", c.Req)
+		}
+		c.Reply(c.Req * 2)
+		stale.Reply(0) // never taken: dropped, and reaches no one
+		if r := <-resc; r.err != nil || r.v != 42 {
+			t.Fatalf("request after a withdrawn one: got (%d, %v), want (42, nil)", r.v, r.err)
+		}
+	})
+}

@@ -134,8 +134,10 @@ type Renewer interface {
 }
 
 // call is one request with its reply channel. Reply channels are not
-// pooled: a channel shared across testing/synctest bubbles would crash the
-// tests of every user who runs this library inside synctest.
+// pooled across leases: a channel shared across testing/synctest bubbles
+// would crash the tests of every user who runs this library inside
+// synctest. Each lease reuses its own (Supervisor.slot), which lives and
+// dies with the lease's goroutine.
 type call = mailbox.Call[request, reply]
 
 // inboxSize bounds queued requests per lease; senders wait (honouring ctx)
@@ -158,6 +160,10 @@ type Supervisor struct {
 	// Its closed channel is the supervisor's done channel: the actor closes
 	// it when it exits, after the final view.
 	inbox mailbox.Mailbox[call]
+	// slot is the reply exchange the requests to this lease reuse, one at
+	// a time (a concurrent one makes its own): a request costs no
+	// allocation but the first's reply channel.
+	slot mailbox.Slot[reply]
 
 	// closeErr is written by the actor before it closes done and read
 	// only after done: why the release on close was not confirmed.
@@ -279,7 +285,7 @@ func (s *Supervisor) ask(ctx context.Context, r request) reply {
 	if ctx == nil {
 		return reply{err: leaseapi.NewError(r.String(), leaseapi.ErrInvalidState, "nil context")}
 	}
-	rep, err := mailbox.Request(ctx, &s.inbox, s.inbox.Closed(), r)
+	rep, err := mailbox.RequestVia(ctx, &s.inbox, s.inbox.Closed(), &s.slot, r)
 	switch {
 	case err == nil:
 		return rep
