@@ -21,9 +21,7 @@ import (
 //     client is closed.
 //
 // p.Wait, p.Retry and p.MaxAttempts are ignored. ctx bounds the call; each
-// backend call is also bounded by p.OperationTimeout (on the wall clock, a
-// call whose ctx never ends, or ends later than that, may be ended up to
-// 1/64 of it early, never late: see the package doc).
+// backend call is also bounded by p.OperationTimeout.
 func (c *Client) TryAcquire(ctx context.Context, key leaseapi.Key, p leaseapi.Policy) (*Handle, error) {
 	return c.observedAcquire(ctx, key, p, false)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/leasekit/lease/internal/callctx"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/supervisor"
 )
@@ -92,11 +91,6 @@ type Client struct {
 	// unbounded: the backend claims NeverBlocks (leaseapi.Capabilities), so
 	// its calls need no OperationTimeout timer.
 	unbounded bool
-	// bounds shares the OperationTimeout contexts of the client's own
-	// calls (acquisitions) on the wall clock; nil on any other clock or
-	// when unbounded. Their parent is context.Background: Close does not
-	// cut an acquisition's call short, as before.
-	bounds *callctx.Shared
 	// batch coalesces renewals for a BatchRenewer backend; nil otherwise.
 	batch *batcher
 	// canAdopt: a lost acquisition reply may be resolved by Inspect and
@@ -201,9 +195,6 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	}
 	if c.retry == nil {
 		c.retry = leaseapi.RandomJitter{}
-	}
-	if wall && !c.unbounded {
-		c.bounds = callctx.NewShared(context.Background())
 	}
 	c.maxWaiters = int64(cmpOr(o.MaxWaiters, DefaultMaxWaiters))
 	c.managed.max = int64(cmpOr(o.MaxManaged, DefaultMaxManaged))
@@ -428,22 +419,18 @@ func (g *gate) Enter() bool {
 func (g *gate) Leave() { g.n.Add(-1) }
 
 // opContext bounds one backend call, sent at sentAt, by ctx and the
-// policy's OperationTimeout, unless the backend never blocks. On the wall
-// clock it makes no context of its own when ctx already ends by then, or
-// never ends (the common context.Background): the call then shares the
-// context of its slot of time with the other calls of the client
-// (callctx.Shared.Within), which may end it up to 1/64 of the timeout
-// early, never late.
+// policy's OperationTimeout, unless the backend never blocks. A ctx that
+// already ends by then bounds the call alone (exactly as a timeout
+// context of it would), so no context is made for it.
 func (c *Client) opContext(ctx context.Context, p leaseapi.Policy, sentAt time.Time) (context.Context, context.CancelFunc) {
 	if c.unbounded {
 		return ctx, noCancel
 	}
-	if d := p.OperationTimeout(); c.bounds != nil && d >= callctx.Min {
-		if bctx, ok := c.bounds.Within(ctx, sentAt, d); ok {
-			return bctx, noCancel
-		}
+	d := p.OperationTimeout()
+	if dl, ok := ctx.Deadline(); ok && !dl.After(sentAt.Add(d)) {
+		return ctx, noCancel
 	}
-	return c.clk.WithTimeout(ctx, p.OperationTimeout())
+	return c.clk.WithTimeout(ctx, d)
 }
 
 // noCancel is the CancelFunc of a context opContext did not make.

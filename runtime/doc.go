@@ -44,13 +44,7 @@
 //   - Bounds: MaxWaiters acquisitions in flight and MaxManaged managed
 //     handles per client; one more fails fast with ErrCapacity and changes
 //     nothing. Every backend call is bounded by the policy's
-//     OperationTimeout. On the wall clock the calls share their bounds:
-//     the calls of a client whose bounds end in one short slot of time
-//     (at most 1/64 of the timeout, for timeouts of 64 ms or more) get one
-//     context whose deadline is the slot's start, so a call may end up to
-//     1/64 of its timeout early, never late; an acquisition whose ctx
-//     ends first is bounded by ctx alone. Such a call makes no timer or
-//     context of its own (one small wrapper when ctx carries values).
+//     OperationTimeout.
 //
 //   - Close releases every held lease, stops every supervisor and waits;
 //     afterwards no handle reports Active and no goroutine started by the
