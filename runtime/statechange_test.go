@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +214,44 @@ func TestStateChangeRegression(t *testing.T) {
 		wantChanges(t, log.take(), h, change(leaseapi.StateActive, leaseapi.StateLost, leaseapi.ErrFencingRegression))
 		if got := c.Metrics().Loss(runtime.LossRegression); got != 1 {
 			t.Fatalf("regression losses: got %d, want 1", got)
+		}
+	})
+}
+
+// goexiting is a backend whose renewals end the calling goroutine (as a
+// test backend's t.FailNow would; a panic does the same on its way out).
+type goexiting struct{ leaseapi.Backend }
+
+func (goexiting) Renew(context.Context, leaseapi.Record, time.Duration) (leaseapi.Record, error) {
+	goruntime.Goexit()
+	return leaseapi.Record{}, nil
+}
+
+// TestStateChangeForcedExpiry: a supervisor whose backend call never
+// returns (it panicked or ended its goroutine) is forced Expired on its
+// way out, and that transition is reported and counted like any other.
+func TestStateChangeForcedExpiry(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, err := simtestStore(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log changeLog
+		c, err := runtime.NewClient(goexiting{store}, runtime.ClientOptions{OnStateChange: log.hook, KeyHasher: fleetHasher})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		h := mustAcquire(t, c, testKey(t, "forced"), basicPolicy(t))
+		wantKind(t, "renew", h.Renew(t.Context()), leaseapi.ErrLost)
+		<-h.Done()
+		wantChanges(t, log.take(), h, change(leaseapi.StateActive, leaseapi.StateExpired, leaseapi.ErrLost))
+		m := c.Metrics()
+		if got := m.StateChange(leaseapi.StateActive, leaseapi.StateExpired); got != 1 {
+			t.Fatalf("Active -> Expired: got %d, want 1", got)
+		}
+		if got := m.Loss(runtime.LossExpired); got != 1 {
+			t.Fatalf("expired losses: got %d, want 1", got)
 		}
 	})
 }

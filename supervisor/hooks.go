@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"time"
+
+	"github.com/leasekit/lease/leaseapi"
 )
 
 // CallKind says which backend call a [Call] reports.
@@ -39,8 +41,8 @@ func (s *Supervisor) reportCall(o op, out *outcome, done time.Time) {
 	s.cfg.OnCall(Call{Kind: k, SentAt: out.sentAt, Done: done, Err: out.err})
 }
 
-// stateChange builds the StateChange of effects e (e.changed) for the
-// hook, from the view after the change.
-func stateChange(e *effects, v *View, at time.Time) StateChange {
-	return StateChange{At: at, From: e.from, To: v.State, Cause: v.Err, Prev: e.fromErr, Token: v.Record.Token, Key: v.Record.Key}
+// stateChange builds the StateChange from state from (with error
+// fromErr) to the view v for the hook.
+func stateChange(from leaseapi.State, fromErr error, v *View, at time.Time) StateChange {
+	return StateChange{At: at, From: from, To: v.State, Cause: v.Err, Prev: fromErr, Token: v.Record.Token, Key: v.Record.Key}
 }

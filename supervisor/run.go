@@ -117,7 +117,7 @@ func (s *Supervisor) apply(e *effects, cur call, at time.Time) {
 	}
 	if e.changed && s.cfg.OnStateChange != nil {
 		v := &s.st.view
-		s.cfg.OnStateChange(stateChange(e, v, at))
+		s.cfg.OnStateChange(stateChange(e.from, e.fromErr, v, at))
 	}
 	if e.openLoss {
 		s.loss = make(chan Loss, 1)
@@ -207,14 +207,19 @@ func (s *Supervisor) perform(c *callSpec, out *outcome) {
 // exit runs once, deferred, as the loop ends: stop the timer, close done,
 // answer the requests still queued from the final view, tell the owner.
 // The core guarantees a terminal view by then; if the loop ended any
-// other way (a backend panicked), the view is made Expired first so that
-// no live view is left behind.
+// other way (a backend panicked or called runtime.Goexit), the view is
+// made Expired first, with its state change reported, so that no live
+// view is left behind.
 func (s *Supervisor) exit() {
 	if !s.st.view.State.Terminal() {
+		from, fromErr, at := s.st.view.State, s.st.view.Err, s.cfg.Clock.Now()
 		expire(&s.st.view)
+		if s.cfg.OnStateChange != nil {
+			s.cfg.OnStateChange(stateChange(from, fromErr, &s.st.view, at))
+		}
 		if s.st.view.Managed {
 			s.st.view.Managed = false
-			s.loss <- Loss{At: s.cfg.Clock.Now(), State: s.st.view.State, Err: s.st.view.Err}
+			s.loss <- Loss{At: at, State: s.st.view.State, Err: s.st.view.Err}
 			close(s.loss)
 			if s.cfg.Managed != nil {
 				s.cfg.Managed.Leave()
