@@ -240,7 +240,10 @@
 // TryAcquire on a Store that has an open [Store.WatchRelease] registration
 // of the key (a waiting Acquire registers it before its first attempt) sets
 // the mark when it finds the key held, in its one statement, with the row
-// locked, and only if it is not set yet. The release that finds the mark
+// locked, and only if it is not set yet; an attempt whose snapshot shows
+// the grant live and already marked answers contended without locking the
+// row, so repeated waiting attempts do not queue the holder's release
+// behind their commits. The release that finds the mark
 // set notifies and leaves it; a release that finds it clear is the
 // floor's plain UPDATE. The grant that takes over a released row clears
 // the mark (the release before it notified; a mark is only set on a live

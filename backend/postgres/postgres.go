@@ -159,17 +159,20 @@ type statements struct {
 // It returns the token and acquired_at only: expires_at is acquired_at
 // plus the TTL's microseconds, exactly, and the client adds them itself
 // (grantExpiry), which saves decoding a column.
-func grant(t string) string {
+//
+// try is one more condition of the SELECT that feeds the upsert: false
+// skips the attempt (no insertion, no conflict, no row lock).
+func grant(t, try string) string {
 	return fmt.Sprintf(`
 	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
 	SELECT $1::text, $2::text, 1, statement_timestamp(), statement_timestamp() + $3::bigint * interval '1 microsecond'
-	WHERE %[2]s
+	WHERE %[2]s AND %[3]s
 	ON CONFLICT (key) DO UPDATE
 	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
 		waiting = l.waiting AND l.owner IS NOT NULL
 	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
 	RETURNING l.token, l.acquired_at
-`, t, inTime("$4"))
+`, t, inTime("$4"), try)
 }
 
 func buildStatements(n names) statements {
@@ -182,7 +185,7 @@ func buildStatements(n names) statements {
 		// applied either way, and its caller's deadline has passed.
 		acquire: fmt.Sprintf(`WITH ins AS (%[1]s)
 SELECT ins.token, ins.acquired_at, NOT %[2]s
-FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t), inTime("$4")),
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, "true"), inTime("$4")),
 
 		// acquireMark is acquire for a Store that watches the key ($5,
 		// see waitMark): a contended attempt sets waiting, so that the
@@ -193,6 +196,17 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t), inTime("$4")),
 		// late statement changes nothing, the mark included). A key with
 		// no row yet that is contended (a concurrent first insertion) gets
 		// no mark: its waiter falls back to its retry interval once.
+		//
+		// A waiter's repeated attempts while the key stays held would
+		// each lock the row (a transaction id, a WAL record and a flushed
+		// commit) and queue the holder's release behind that commit. So
+		// when the statement's snapshot shows a live grant that is
+		// already marked, the upsert is not even tried and mark finds
+		// nothing to do (it reads the same snapshot): the answer is
+		// contended, read-only. That is correct as of the snapshot, and
+		// the mark it found is one the release of that grant will honour
+		// (a mark is cleared only by a grant after a notifying release),
+		// or was honoured after this Store registered its watch.
 		acquireMark: fmt.Sprintf(`WITH ins AS (%[1]s),
 mark AS (
 	UPDATE %[2]s AS l SET waiting = true
@@ -201,7 +215,9 @@ mark AS (
 	RETURNING 1
 )
 SELECT ins.token, ins.acquired_at, NOT %[3]s
-FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t), t, inTime("$4")),
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, fmt.Sprintf(`NOT EXISTS (
+		SELECT 1 FROM %[1]s AS w
+		WHERE w.key = $1::text AND w.waiting AND w.owner IS NOT NULL AND w.expires_at > statement_timestamp())`, t)), t, inTime("$4")),
 
 		// A plain UPDATE checks its WHERE before it waits for a row lock,
 		// and does not check it again after the wait unless the row was

@@ -249,3 +249,50 @@ func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 		t.Fatalf("release after the mark was cleared: notifications %q, want none", got)
 	}
 }
+
+// TestMarkedContenderTakesNoRowLock: once a watching contender's attempt
+// has marked a live grant, its next attempts answer contended from their
+// snapshot, without taking the row lock: here another transaction holds the
+// row FOR UPDATE, and the attempt must not wait for it (it would otherwise
+// block until its deadline). The release still notifies.
+func TestMarkedContenderTakesNoRowLock(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	holder, opts := newStore(t, url, pool)
+	waiter, err := postgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	p := newProbe(t, url, pool, holder)
+	ctx := t.Context()
+	k := leaseapi.MustKey("waiters", "nolock")
+	_, stop := waiter.WatchRelease(k)
+	defer stop()
+	rec, err := holder.TryAcquire(ctx, k, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.TryAcquire(ctx, k, "waiter", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("first contended attempt: got %v, want ErrContended", err)
+	}
+	if !waiting(t, pool, holder, k) {
+		t.Fatal("the watching contender's attempt did not set the waiter mark")
+	}
+	tbl := pgx.Identifier{postgres.SchemaOf(holder), postgres.DefaultTable}.Sanitize()
+	l := lockIn(t, pool, "SELECT 1 FROM "+tbl+" WHERE key = $1 FOR UPDATE", k.String())
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = waiter.TryAcquire(actx, k, "waiter", time.Minute)
+	cancel()
+	if !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("attempt on a marked live grant while its row is locked: got %v, want ErrContended at once", err)
+	}
+	l.unlock()
+	if err := holder.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.next(t); len(got) != 1 {
+		t.Fatalf("release after the lock-free attempt: notifications %q, want 1", got)
+	}
+}
