@@ -1054,7 +1054,7 @@ func TestRealAcquireReplyLost(t *testing.T) {
 // client then acquires, and the first client's retried Release is refused
 // (ErrStaleOwner) and cannot remove the new holder's lease.
 func TestRealReleaseReplyLost(t *testing.T) {
-	forEachBackend(t, time.Second, func(e *realEnv) {
+	forEachBackend(t, 2*time.Second, func(e *realEnv) {
 		t := e.t
 		e.oneConn = true
 		k := leaseapi.MustKey("sc5", "k")
