@@ -15,8 +15,8 @@ func TestConformance(t *testing.T) {
 	url := dbURL(t)
 	pool := newPool(t, url)
 	simtest.Conformance(t, simtest.Harness{
-		TTL:   300 * time.Millisecond,
-		Slack: 100 * time.Millisecond,
+		TTL:   time.Second,
+		Slack: 200 * time.Millisecond,
 		New: func(t *testing.T) leaseapi.Backend {
 			s, _ := newStore(t, url, pool)
 			return s
@@ -35,8 +35,8 @@ func TestConformanceExecModes(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := newPool(t, url, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
 			simtest.Conformance(t, simtest.Harness{
-				TTL:   300 * time.Millisecond,
-				Slack: 100 * time.Millisecond,
+				TTL:   time.Second,
+				Slack: 200 * time.Millisecond,
 				New: func(t *testing.T) leaseapi.Backend {
 					s, _ := newStore(t, url, pool)
 					return s

@@ -48,8 +48,8 @@ func conformanceOn(t *testing.T, url string, opts postgres.Options, apply func(t
 	t.Helper()
 	pool := newPool(t, url)
 	simtest.Conformance(t, simtest.Harness{
-		TTL:   300 * time.Millisecond,
-		Slack: 100 * time.Millisecond,
+		TTL:   time.Second,
+		Slack: 200 * time.Millisecond,
 		New: func(t *testing.T) leaseapi.Backend {
 			// A fresh schema per subtest, migrated by the same rendering.
 			o := opts

@@ -37,8 +37,8 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		simtest.Conformance(t, simtest.Harness{
-			TTL:   300 * time.Millisecond,
-			Slack: 100 * time.Millisecond,
+			TTL:   time.Second,
+			Slack: 200 * time.Millisecond,
 			New: func(t *testing.T) leaseapi.Backend {
 				return newStore(t, c, valkey.Options{})
 			},

@@ -12,8 +12,8 @@ import (
 func TestConformance(t *testing.T) {
 	c := newClient(t, serverAddr(t))
 	simtest.Conformance(t, simtest.Harness{
-		TTL:   300 * time.Millisecond,
-		Slack: 100 * time.Millisecond,
+		TTL:   time.Second,
+		Slack: 200 * time.Millisecond,
 		New: func(t *testing.T) leaseapi.Backend {
 			return newStore(t, c, valkey.Options{})
 		},
