@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,6 +224,51 @@ func TestQueuedRenewalPastItsBoundIsLeftOut(t *testing.T) {
 		defer bb.mu.Unlock()
 		if want := []int{1, 1}; fmt.Sprint(bb.batches) != fmt.Sprint(want) {
 			t.Fatalf("batch sizes: got %v, want %v (a's, then d's without b)", bb.batches, want)
+		}
+	})
+}
+
+// countingHang is hangingBatches that counts the batches it was sent.
+type countingHang struct {
+	hangingBatches
+	sent atomic.Int32
+}
+
+func (h *countingHang) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	h.sent.Add(1)
+	return h.hangingBatches.RenewBatch(ctx, reqs)
+}
+
+// TestCloseAnswersQueuedRenewals: a renewal still queued behind a hanging
+// batch when the client closes is never sent, and neither caller is told
+// of a success: both get an error (the queued one, whose call context ends
+// at Close, ErrAmbiguousOutcome or ErrInvalidState, whichever of its
+// context and the batcher's shutdown answers first), and the backend saw
+// the one batch in flight only.
+func TestCloseAnswersQueuedRenewals(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		hb := &countingHang{hangingBatches: hangingBatches{&batchingBackend{s: store}}}
+		c, err := runtime.NewClient(hb, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := basicPolicy(t)
+		a := mustAcquire(t, c, testKey(t, "queued-close-a"), p)
+		b := mustAcquire(t, c, testKey(t, "queued-close-b"), p)
+		aErr, bErr := make(chan error, 1), make(chan error, 1)
+		go func() { aErr <- a.Renew(context.Background()) }()
+		simtest.Settle() // a's batch is in flight, hanging
+		go func() { bErr <- b.Renew(context.Background()) }()
+		simtest.Settle()         // b waits for the next batch
+		_ = c.Close(t.Context()) // its result is TestCloseWithBatchInFlight's
+		ea, eb := <-aErr, <-bErr
+		wantKind(t, "renewal in the hanging batch at Close", ea, leaseapi.ErrAmbiguousOutcome)
+		if k := leaseapi.Kind(eb); k != leaseapi.ErrAmbiguousOutcome && k != leaseapi.ErrInvalidState {
+			t.Fatalf("queued renewal at Close: got %v, want ErrAmbiguousOutcome or ErrInvalidState", eb)
+		}
+		if n := hb.sent.Load(); n != 1 {
+			t.Fatalf("batches sent: got %d, want 1 (the queued renewal is never sent)", n)
 		}
 	})
 }
