@@ -40,9 +40,11 @@ func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context) float64 {
 // id, the handle with its supervisor, the goroutine, the mailbox (three),
 // the reply channel of the lease's first request (the release's; the
 // exchange is reused: mailbox.Slot), and two views. A backend whose calls
-// must be bounded adds the acquisition's own timeout context (the release's
-// bound is a context shared by the calls of a slot of time), none when the
-// caller's context already ends before the OperationTimeout.
+// must be bounded adds the acquisition's exact bound (one allocation: its
+// deadline, over a context shared by the calls of a slot of time, as the
+// release's bound is), none when the caller's context already ends before
+// the OperationTimeout, and a timeout context of its own (four) when the
+// caller's context may be canceled later than that.
 func TestPairAllocs(t *testing.T) {
 	store, _ := memory.New(memory.Options{})
 	bounded := hideCapabilities{store} // not NeverBlocks: every call is bounded
@@ -58,12 +60,12 @@ func TestPairAllocs(t *testing.T) {
 		want float64
 	}{
 		{"memory backend", store, context.Background(), 9},
-		{"bounded backend", bounded, context.Background(), 13},
+		{"bounded backend", bounded, context.Background(), 10},
 		{"bounded backend, caller's context ends first", bounded, soon, 9},
-		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), 13},
+		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), 10},
 		{"bounded backend, caller's context ends later", bounded, later, 13},
 		// The fault wrapper adds one per call it makes (its WithoutCancel).
-		{"fault wrapper", simtest.NewFaulty(store), context.Background(), 15},
+		{"fault wrapper", simtest.NewFaulty(store), context.Background(), 12},
 	} {
 		n, want := pairAllocs(t, tc.b, tc.ctx), tc.want+raceAllocs
 		t.Logf("%s: %v allocations per pair", tc.name, n)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/callctx"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/supervisor"
 )
@@ -93,6 +94,9 @@ type Client struct {
 	unbounded bool
 	// batch coalesces renewals for a BatchRenewer backend; nil otherwise.
 	batch *batcher
+	// bounds bounds the acquisitions' calls on the wall clock (opContext);
+	// nil on any other clock and for a backend that never blocks.
+	bounds *callctx.Shared
 	// canAdopt: a lost acquisition reply may be resolved by Inspect and
 	// adopted, because the backend claims Adopt (leaseapi.Capabilities);
 	// false when it does not say so.
@@ -186,6 +190,9 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	wall := c.clk == nil
 	if wall {
 		c.clk = clock.New()
+	}
+	if wall && !c.unbounded {
+		c.bounds = callctx.NewCeil(context.Background())
 	}
 	if c.owners == nil {
 		c.owners = leaseapi.RandomOwners{}
@@ -421,7 +428,13 @@ func (g *gate) Leave() { g.n.Add(-1) }
 // opContext bounds one backend call, sent at sentAt, by ctx and the
 // policy's OperationTimeout, unless the backend never blocks. A ctx that
 // already ends by then bounds the call alone (exactly as a timeout
-// context of it would), so no context is made for it.
+// context of it would), so no context is made for it. On the wall clock a
+// ctx that never ends (Done nil: Background, a WithValue or WithoutCancel
+// chain) gets an exact bound that makes no timer of its own
+// (callctx.Shared.Exact): its deadline, from which backends derive the
+// not-after bound they send, is exactly sentAt+OperationTimeout, and it
+// ends at the earliest then, less than 1/64 of the timeout later.
+// Otherwise the call gets a timeout context of its own.
 func (c *Client) opContext(ctx context.Context, p leaseapi.Policy, sentAt time.Time) (context.Context, context.CancelFunc) {
 	if c.unbounded {
 		return ctx, noCancel
@@ -429,6 +442,9 @@ func (c *Client) opContext(ctx context.Context, p leaseapi.Policy, sentAt time.T
 	d := p.OperationTimeout()
 	if dl, ok := ctx.Deadline(); ok && !dl.After(sentAt.Add(d)) {
 		return ctx, noCancel
+	}
+	if c.bounds != nil && d >= callctx.Min && ctx.Done() == nil {
+		return c.bounds.Exact(ctx, sentAt, d), noCancel
 	}
 	return c.clk.WithTimeout(ctx, d)
 }

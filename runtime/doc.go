@@ -44,7 +44,12 @@
 //   - Bounds: MaxWaiters acquisitions in flight and MaxManaged managed
 //     handles per client; one more fails fast with ErrCapacity and changes
 //     nothing. Every backend call is bounded by the policy's
-//     OperationTimeout.
+//     OperationTimeout. On the wall clock the bounds share their timers
+//     (internal/callctx): a supervisor's call may end up to 1/64 of the
+//     timeout early; an acquisition's call, when the caller's context
+//     can never be canceled, never ends early and may end up to 1/64 of
+//     it late, while the deadline its backend reads (and derives the
+//     not-after bound it sends from) is exact.
 //
 //   - Close releases every held lease, stops every supervisor and waits;
 //     afterwards no handle reports Active and no goroutine started by the

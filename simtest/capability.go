@@ -178,8 +178,12 @@ func testWrapperTimeouts(t *testing.T, h Harness, b leaseapi.Backend) {
 	_, err := c.TryAcquire(context.Background(), key(t, "capability/hang"), p)
 	took := time.Since(start)
 	wantKind(t, "hung acquisition behind a four-method wrapper", err, leaseapi.ErrAmbiguousOutcome)
-	if h.Simulated && took != p.OperationTimeout() {
-		t.Fatalf("hung acquisition took %v, want exactly OperationTimeout %v", took, p.OperationTimeout())
+	// Never before OperationTimeout. On the wall clock a call whose
+	// caller's context never ends shares its timer with the calls that end
+	// in the same slot of time and may end up to 1/64 of the timeout late
+	// (runtime's doc: Bounds); in simulation that is the only slack.
+	if h.Simulated && (took < p.OperationTimeout() || took > p.OperationTimeout()+p.OperationTimeout()/64) {
+		t.Fatalf("hung acquisition took %v, want OperationTimeout %v, at most 1/64 of it late", took, p.OperationTimeout())
 	}
 	if took < p.OperationTimeout() || took > p.OperationTimeout()+p.TTL() {
 		t.Fatalf("hung acquisition took %v, want OperationTimeout %v (bounded by it)", took, p.OperationTimeout())

@@ -13,6 +13,14 @@
 // A shared context is never canceled by its users: it ends at its
 // deadline (its timer then frees it) or when the parent ends, so at most
 // one per slot of the longest bound in use is alive at any time.
+//
+// The slots of [NewShared] end at the start of their slot: a call is ended
+// up to one slot early, never late. [NewCeil]'s end at the slot's end, and
+// [Exact] pairs one with the call's exact bound: a call that must run for
+// its full bound (an acquisition, see runtime) is ended less than one slot
+// late, never early, while every backend that reads the context's deadline
+// (for the not-after bound it sends to the server, or a socket deadline)
+// still reads the exact one.
 package callctx
 
 import (
@@ -25,6 +33,7 @@ import (
 // concurrent use: a lost race makes one more context, no more.
 type Shared struct {
 	parent context.Context
+	up     bool                        // slots end at their end (NewCeil), not their start
 	cur    atomic.Pointer[slotContext] // the slot made last
 }
 
@@ -55,8 +64,15 @@ func slotOf(d time.Duration) time.Duration {
 // does, or at its slot's start.
 func NewShared(parent context.Context) *Shared { return &Shared{parent: parent} }
 
+// NewCeil returns the shared contexts of parent that end when parent does,
+// or at the end of their slot: never before the bound they serve, and less
+// than one slot (at most 1/64 of it) after it. Use them through [Exact].
+func NewCeil(parent context.Context) *Shared { return &Shared{parent: parent, up: true} }
+
 // Context returns a context that ends when the parent ends or at the
-// start of the slot that holds sentAt+d, whichever is first. d must be at
+// start of the slot that holds sentAt+d (at its end for [NewCeil]: the
+// start of the next slot, or sentAt+d itself when it is a slot boundary),
+// whichever is first. d must be at
 // least Min; sentAt is a reading of the wall clock (time.Now).
 //
 // The slots are aligned on wall time, so that calls sent at different
@@ -73,6 +89,9 @@ func (ds *Shared) Context(sentAt time.Time, d time.Duration) context.Context {
 		r += q
 	}
 	at := end.Add(-r)
+	if ds.up && r != 0 {
+		at = at.Add(q)
+	}
 	slot := at.UnixNano() // wall: the monotonic part of two readings jitters
 	if e := ds.cur.Load(); e != nil && e.slot == slot {
 		return e.ctx
@@ -82,3 +101,42 @@ func (ds *Shared) Context(sentAt time.Time, d time.Duration) context.Context {
 	ds.cur.Store(e)
 	return e.ctx
 }
+
+// Exact returns the context of a call sent at sentAt (a reading of the
+// wall clock) with its own bound d (at least Min) on behalf of a caller
+// whose ctx never ends (its Done is nil; the caller checks): its Deadline
+// is exactly sentAt+d, its values are ctx's, and it ends (Done, Err) with
+// ds's shared context of that bound, so ds must come from [NewCeil]: never
+// before sentAt+d, less than one slot after it, and at once when ds's
+// parent ends. Between sentAt+d and that end Err is still nil: a backend
+// that bounds its own wait by the deadline ends the call exactly, one that
+// waits for Done less than a slot later. It costs one small allocation:
+// no timer, Done channel or entry in the parent's list of children.
+func (ds *Shared) Exact(ctx context.Context, sentAt time.Time, d time.Duration) context.Context {
+	return &exact{shared: ds.Context(sentAt, d), values: ctx, deadline: sentAt.Add(d)}
+}
+
+// exact is a call's context from [Shared.Exact]. Values the caller's
+// context does not hold are looked up in the shared one, so that a
+// context derived from an exact (context.WithTimeout, AfterFunc) finds the
+// shared context's cancelation and registers with it as with any child,
+// instead of starting a goroutine to watch Done.
+type exact struct {
+	shared   context.Context
+	values   context.Context
+	deadline time.Time
+}
+
+func (c *exact) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *exact) Done() <-chan struct{}       { return c.shared.Done() }
+func (c *exact) Err() error                  { return c.shared.Err() }
+
+func (c *exact) Value(key any) any {
+	if v := c.values.Value(key); v != nil {
+		return v
+	}
+	return c.shared.Value(key)
+}
+
+// String names the context as the context package's own do.
+func (c *exact) String() string { return "callctx.Exact" }

@@ -86,3 +86,83 @@ func TestSharedDeadlineEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestCeilDeadlineBound: a NewCeil context ends no earlier than the call's
+// own bound, and less than one slot (at most 1/64 of the bound) later.
+func TestCeilDeadlineBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ds := NewCeil(context.Background())
+		for _, d := range []time.Duration{Min, 100 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
+			for _, skew := range []time.Duration{0, 1, 999 * time.Microsecond, 3 * time.Millisecond, 17 * time.Millisecond} {
+				time.Sleep(skew) // a send instant anywhere in a slot
+				sentAt := time.Now()
+				dl, ok := ds.Context(sentAt, d).Deadline()
+				if !ok {
+					t.Fatalf("d=%v: shared context has no deadline", d)
+				}
+				if dl.Before(sentAt.Add(d)) {
+					t.Fatalf("d=%v: deadline %v before the bound %v", d, dl, sentAt.Add(d))
+				}
+				if q := slotOf(d); q > d/64 || !dl.Before(sentAt.Add(d+q)) {
+					t.Fatalf("d=%v: deadline %v a slot (%v) or more after the bound %v", d, dl, q, sentAt.Add(d))
+				}
+			}
+		}
+	})
+}
+
+// TestExact: an Exact context reports the call's exact deadline, carries
+// the caller's values, is not done before that deadline, ends with
+// DeadlineExceeded less than a slot after it, and at once when the parent
+// ends; a context derived from it is a child of the shared one (it ends
+// with it); it costs one allocation.
+func TestExact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		life, cancel := context.WithCancel(context.Background())
+		ds := NewCeil(life)
+		type key struct{}
+		caller := context.WithValue(context.Background(), key{}, "v")
+		d := 2 * time.Second
+		time.Sleep(time.Millisecond / 3) // off any slot boundary
+		sentAt := time.Now()
+		ctx := ds.Exact(caller, sentAt, d)
+		if dl, ok := ctx.Deadline(); !ok || !dl.Equal(sentAt.Add(d)) {
+			t.Fatalf("deadline %v, %v; want exactly %v", dl, ok, sentAt.Add(d))
+		}
+		if ctx.Value(key{}) != "v" {
+			t.Fatalf("the caller's value is lost: got %v", ctx.Value(key{}))
+		}
+		child, stop := context.WithTimeout(ctx, time.Hour)
+		defer stop()
+		time.Sleep(d)
+		if ctx.Err() != nil || child.Err() != nil {
+			t.Fatalf("at the exact deadline: got %v (child %v), want nil: never ended early", ctx.Err(), child.Err())
+		}
+		<-ctx.Done()
+		<-child.Done()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("after the deadline: got %v, want DeadlineExceeded", ctx.Err())
+		}
+		if late := time.Since(sentAt.Add(d)); late <= 0 || late >= slotOf(d) {
+			t.Fatalf("ended %v after the exact deadline, want within one slot (%v)", late, slotOf(d))
+		}
+
+		ctx = ds.Exact(caller, time.Now(), d)
+		cancel()
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatal("parent ended: the call's context is not done")
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Fatalf("parent ended: got %v, want Canceled", ctx.Err())
+		}
+
+		ds = NewCeil(context.Background())
+		sentAt = time.Now()
+		ds.Exact(context.Background(), sentAt, d) // the slot's context
+		if n := testing.AllocsPerRun(100, func() { ds.Exact(context.Background(), sentAt, d) }); n != 1 {
+			t.Fatalf("allocations per call: got %v, want 1", n)
+		}
+	})
+}
