@@ -155,6 +155,10 @@ type Supervisor struct {
 
 	// view is written only by the actor goroutine; everyone reads it.
 	view atomic.Pointer[View]
+	// first is the view published at Start, held in the Supervisor's own
+	// allocation (one allocation less per lease; it stays as long as the
+	// Supervisor, unlike a later view). Never modified once published.
+	first View
 
 	// inbox carries requests from callers to the actor (held by value).
 	// Its closed channel is the supervisor's done channel: the actor closes
@@ -196,7 +200,8 @@ func StartIn(s *Supervisor, cfg *Config, p leaseapi.Policy, g Grant) {
 	s.cfg, s.policy = cfg, p
 	s.inbox.Init(inboxSize)
 	s.st = newCore(&s.policy, g)
-	s.publish()
+	s.first = s.st.view
+	s.view.Store(&s.first)
 	go s.run()
 }
 
