@@ -102,8 +102,10 @@ func TestRenewalsDueTogetherShareBatches(t *testing.T) {
 		if total < n*(ticks-1) {
 			t.Fatalf("renewals in batches: got %d, want >= %d", total, n*(ticks-1))
 		}
-		if per := float64(len(bb.batches)) / ticks; per > 3 {
-			t.Fatalf("batches per renewal interval: got %.1f for %d leases, want <= 3", per, n)
+		// The first BatchesInFlight renewals due each go at once; all the
+		// others due with them share the next batch.
+		if per, want := float64(len(bb.batches))/ticks, float64(runtime.BatchesInFlight+1); per > want {
+			t.Fatalf("batches per renewal interval: got %.1f for %d leases, want <= %v", per, n, want)
 		}
 	})
 }
@@ -188,9 +190,10 @@ func TestCloseWithBatchInFlight(t *testing.T) {
 }
 
 // TestQueuedRenewalPastItsBoundIsLeftOut: a renewal whose bound ends while
-// it waits for the batch in flight is not sent, and does not fail the
-// renewals queued with it (a batch runs under its earliest element's
-// bound).
+// it waits for a batch (every batch slot is busy) is withdrawn: it is
+// never sent, says so (ErrTimeout, not an ambiguous outcome), and does not
+// fail the renewals queued with it (a batch runs under its earliest
+// element's bound).
 func TestQueuedRenewalPastItsBoundIsLeftOut(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		store, _ := memory.New(memory.Options{})
@@ -202,28 +205,36 @@ func TestQueuedRenewalPastItsBoundIsLeftOut(t *testing.T) {
 		defer c.Close(context.Background())
 		long := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, OperationTimeout: 50 * time.Millisecond})
 		short := policy(t, leaseapi.PolicyOptions{TTL: 10 * time.Second, SafetyMargin: time.Second, OperationTimeout: 5 * time.Millisecond})
-		a := mustAcquire(t, c, testKey(t, "left-out-a"), long)
+		const n = runtime.BatchesInFlight
+		errs := make(chan error, n+1)
+		for i := range n {
+			a := mustAcquire(t, c, testKey(t, fmt.Sprint("left-out-a", i)), long)
+			go func() { errs <- a.Renew(t.Context()) }()
+			simtest.Settle() // a batch of its own, in flight (10ms)
+		}
 		b := mustAcquire(t, c, testKey(t, "left-out-b"), short)
 		d := mustAcquire(t, c, testKey(t, "left-out-d"), long)
-		errs := make(chan error, 3)
-		go func() { errs <- a.Renew(t.Context()) }()
-		simtest.Settle() // a's batch is in flight (10ms)
 		var bErr error
 		done := make(chan struct{})
 		go func() { bErr = b.Renew(t.Context()); close(done) }()
 		go func() { errs <- d.Renew(t.Context()) }()
 		simtest.Settle() // b and d wait for the next batch
-		<-done           // b's 5ms bound ends during a's batch
-		wantKind(t, "renewal whose bound ended while queued", bErr, leaseapi.ErrAmbiguousOutcome)
-		for range 2 {
+		<-done           // b's 5ms bound ends during the a's batches
+		wantKind(t, "renewal whose bound ended while queued", bErr, leaseapi.ErrTimeout)
+		for range n + 1 {
 			if err := <-errs; err != nil {
 				t.Fatalf("renewal queued with an expired one: %v", err)
 			}
 		}
+		wantState(t, "after a renewal withdrawn unsent", b, leaseapi.StateUncertain)
 		bb.mu.Lock()
 		defer bb.mu.Unlock()
-		if want := []int{1, 1}; fmt.Sprint(bb.batches) != fmt.Sprint(want) {
-			t.Fatalf("batch sizes: got %v, want %v (a's, then d's without b)", bb.batches, want)
+		want := make([]int, n+1) // the a's, then d's without b
+		for i := range want {
+			want[i] = 1
+		}
+		if fmt.Sprint(bb.batches) != fmt.Sprint(want) {
+			t.Fatalf("batch sizes: got %v, want %v (the a's, then d's without b)", bb.batches, want)
 		}
 	})
 }
@@ -239,12 +250,12 @@ func (h *countingHang) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequ
 	return h.hangingBatches.RenewBatch(ctx, reqs)
 }
 
-// TestCloseAnswersQueuedRenewals: a renewal still queued behind a hanging
-// batch when the client closes is never sent, and neither caller is told
-// of a success: both get an error (the queued one, whose call context ends
-// at Close, ErrAmbiguousOutcome or ErrInvalidState, whichever of its
-// context and the batcher's shutdown answers first), and the backend saw
-// the one batch in flight only.
+// TestCloseAnswersQueuedRenewals: a renewal still queued behind hanging
+// batches (as many as may be in flight) when the client closes is never
+// sent, and no caller is told of a success: all get an error (the queued
+// one, whose call context ends at Close, ErrAmbiguousOutcome or
+// ErrInvalidState, whichever of its context and the batcher's shutdown
+// answers first), and the backend saw the batches in flight only.
 func TestCloseAnswersQueuedRenewals(t *testing.T) {
 	simtest.Simulate(t, func(t *testing.T) {
 		store, _ := memory.New(memory.Options{})
@@ -254,21 +265,85 @@ func TestCloseAnswersQueuedRenewals(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := basicPolicy(t)
-		a := mustAcquire(t, c, testKey(t, "queued-close-a"), p)
+		const n = runtime.BatchesInFlight
+		aErr, bErr := make(chan error, n), make(chan error, 1)
+		for i := range n {
+			a := mustAcquire(t, c, testKey(t, fmt.Sprint("queued-close-a", i)), p)
+			go func() { aErr <- a.Renew(context.Background()) }()
+			simtest.Settle() // a batch of its own, in flight, hanging
+		}
 		b := mustAcquire(t, c, testKey(t, "queued-close-b"), p)
-		aErr, bErr := make(chan error, 1), make(chan error, 1)
-		go func() { aErr <- a.Renew(context.Background()) }()
-		simtest.Settle() // a's batch is in flight, hanging
 		go func() { bErr <- b.Renew(context.Background()) }()
 		simtest.Settle()         // b waits for the next batch
 		_ = c.Close(t.Context()) // its result is TestCloseWithBatchInFlight's
-		ea, eb := <-aErr, <-bErr
-		wantKind(t, "renewal in the hanging batch at Close", ea, leaseapi.ErrAmbiguousOutcome)
-		if k := leaseapi.Kind(eb); k != leaseapi.ErrAmbiguousOutcome && k != leaseapi.ErrInvalidState {
+		for range n {
+			wantKind(t, "renewal in a hanging batch at Close", <-aErr, leaseapi.ErrAmbiguousOutcome)
+		}
+		if eb := <-bErr; leaseapi.Kind(eb) != leaseapi.ErrAmbiguousOutcome && leaseapi.Kind(eb) != leaseapi.ErrInvalidState {
 			t.Fatalf("queued renewal at Close: got %v, want ErrAmbiguousOutcome or ErrInvalidState", eb)
 		}
-		if n := hb.sent.Load(); n != 1 {
-			t.Fatalf("batches sent: got %d, want 1 (the queued renewal is never sent)", n)
+		if got := hb.sent.Load(); got != n {
+			t.Fatalf("batches sent: got %d, want %d (the queued renewal is never sent)", got, n)
+		}
+	})
+}
+
+// concurrentBatches is batchingBackend that records how many of its
+// batches were in flight at once.
+type concurrentBatches struct {
+	*batchingBackend
+	now, most atomic.Int32
+}
+
+func (c *concurrentBatches) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []leaseapi.RenewResult {
+	n := c.now.Add(1)
+	defer c.now.Add(-1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	return c.batchingBackend.RenewBatch(ctx, reqs)
+}
+
+// TestBatchesInFlightAtOnce: renewals that arrive while a batch is in
+// flight do not wait for it while a sender is free: up to BatchesInFlight
+// batches are in flight at once, and only then do renewals queue (and
+// share the next batch).
+func TestBatchesInFlightAtOnce(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, _ := memory.New(memory.Options{})
+		cb := &concurrentBatches{batchingBackend: &batchingBackend{s: store}}
+		c, err := runtime.NewClient(cb, runtime.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		p := basicPolicy(t)
+		const n = runtime.BatchesInFlight
+		errs := make(chan error, n+2)
+		for i := range n + 2 {
+			h := mustAcquire(t, c, testKey(t, fmt.Sprint("in-flight-", i)), p)
+			go func() { errs <- h.Renew(t.Context()) }()
+			simtest.Settle() // taken at once by a free sender, or queued
+		}
+		if got := cb.now.Load(); got != n {
+			t.Fatalf("batches in flight: got %d, want %d", got, n)
+		}
+		for range n + 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := cb.most.Load(); got != n {
+			t.Fatalf("most batches in flight at once: got %d, want %d", got, n)
+		}
+		cb.mu.Lock()
+		defer cb.mu.Unlock()
+		want := make([]int, n, n+1)
+		for i := range want {
+			want[i] = 1
+		}
+		want = append(want, 2) // the two that queued share one batch
+		if fmt.Sprint(cb.batches) != fmt.Sprint(want) {
+			t.Fatalf("batch sizes: got %v, want %v", cb.batches, want)
 		}
 	})
 }

@@ -381,7 +381,7 @@ func (c *Client) Close(ctx context.Context) error {
 		ctxErr = leaseapi.ContextError("close", ctx.Err())
 	}
 	if c.batch != nil {
-		c.batch.wait() // its loop ends with life, canceled above
+		c.batch.wait() // its senders end with life, canceled above
 	}
 	if c.events != nil {
 		c.events.wait() // no supervisor is left to report a change

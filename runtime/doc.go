@@ -76,9 +76,9 @@
 // returns. With ClientOptions.OnStateChange set, one delivery goroutine
 // runs while state changes wait for the hook; it exits when none is left
 // (Close waits for it). On a backend that claims RenewBatch (unless
-// ClientOptions.NoBatching), one batching goroutine, started by the first
-// renewal, sends the coalesced renewals; it exits when the client
-// closes (Close waits for it). An [ObservedBackend] starts one goroutine
+// ClientOptions.NoBatching), four batching goroutines, started by the
+// first renewal, send the coalesced renewals (up to four batches in
+// flight); they exit when the client closes (Close waits for them). An [ObservedBackend] starts one goroutine
 // per event it hands to an idle observer, which exits when Observe
 // returns. Nothing else runs in the background.
 //
