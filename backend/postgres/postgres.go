@@ -192,8 +192,17 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, "true"), inTime("$
 		// release notifies. mark reads ins first (NOT EXISTS), so it runs
 		// after the upsert, which has locked the row (ON CONFLICT DO
 		// UPDATE keeps the lock even when its WHERE is false); it writes
-		// only when the mark is not set yet, and not past the bound (a
-		// late statement changes nothing, the mark included). A key with
+		// unless the row is a live grant already marked, and not past the
+		// bound (a late statement changes nothing, the mark included).
+		// That condition, not "NOT waiting", is what lets the losers of a
+		// hand-off mark the winner's grant: woken by the same release,
+		// their snapshot shows the released row, whose mark is still set
+		// (the winner's grant clears it). An UPDATE skips a row whose
+		// snapshot version fails its WHERE without looking at the newest
+		// one; with this condition the released version passes, so the
+		// UPDATE, finding the row changed, evaluates it again on the
+		// winner's grant (the version ins locked) and marks it unless
+		// another loser did. A key with
 		// no row yet that is contended (a concurrent first insertion) gets
 		// no mark: its waiter falls back to its retry interval once.
 		//
@@ -210,7 +219,7 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, "true"), inTime("$
 		acquireMark: fmt.Sprintf(`WITH ins AS (%[1]s),
 mark AS (
 	UPDATE %[2]s AS l SET waiting = true
-	WHERE l.key = $1::text AND NOT l.waiting
+	WHERE l.key = $1::text AND NOT (l.waiting AND l.owner IS NOT NULL)
 		AND NOT EXISTS (SELECT 1 FROM ins) AND %[3]s
 	RETURNING 1
 )

@@ -296,3 +296,78 @@ func TestMarkedContenderTakesNoRowLock(t *testing.T) {
 		t.Fatalf("release after the lock-free attempt: notifications %q, want 1", got)
 	}
 }
+
+// TestHandoffLoserMarksWinnersGrant: the watching waiters woken by one
+// release race for the key; a loser's attempt starts while the released
+// row (still marked) is its snapshot, waits for the winner's row lock, and
+// must then mark the winner's grant, so that the winner's release notifies
+// the waiters left. Here the winner is a transaction of the test that
+// takes the released row over as a grant does (clearing the mark) and
+// commits once the loser's statement waits for its lock.
+func TestHandoffLoserMarksWinnersGrant(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	holder, opts := newStore(t, url, pool)
+	loser, err := postgres.New(newPool(t, url), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loser.Close() })
+	p := newProbe(t, url, pool, holder)
+	ctx := t.Context()
+	k := leaseapi.MustKey("waiters", "handoff")
+	_, stop := loser.WatchRelease(k)
+	defer stop()
+	rec, err := holder.TryAcquire(ctx, k, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loser.TryAcquire(ctx, k, "loser", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("contended attempt: got %v, want ErrContended", err)
+	}
+	if err := holder.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.next(t); len(got) != 1 {
+		t.Fatalf("release with a waiter: notifications %q, want 1", got)
+	}
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	tbl := pgx.Identifier{opts.Schema, postgres.DefaultTable}.Sanitize()
+	winner := leaseapi.Record{Key: k, Owner: "winner"}
+	var pid int32
+	if err := tx.QueryRow(ctx, `UPDATE `+tbl+` SET owner = 'winner', token = token + 1,
+	acquired_at = clock_timestamp(), expires_at = clock_timestamp() + interval '1 minute', waiting = false
+WHERE key = $1 AND owner IS NULL
+RETURNING token, acquired_at, expires_at, pg_backend_pid()`, k.String()).Scan(&winner.Token, &winner.AcquiredAt, &winner.ExpiresAt, &pid); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := loser.TryAcquire(ctx, k, "loser", time.Minute)
+		errc <- err
+	}()
+	// Only the loser's statement can wait for this transaction's lock.
+	(&lateEnv{direct: pool}).poll(t, errc, "the loser's statement to wait for the winner's row lock",
+		`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)))`, pid)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("the loser's attempt: got %v, want ErrContended", err)
+	}
+	if !waiting(t, pool, holder, k) {
+		t.Fatal("the loser's attempt did not mark the winner's grant")
+	}
+	if err := holder.Release(ctx, winner); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.next(t); len(got) != 1 {
+		t.Fatalf("the winner's release: notifications %q, want 1", got)
+	}
+}
