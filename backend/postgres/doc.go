@@ -43,6 +43,16 @@
 //     that as leaseapi.ErrFencingRegression); use synchronous replication
 //     where fencing must survive failover. The bound is 2^63-1 acquisitions of one key; past it the
 //     acquisition fails with leaseapi.ErrInvalidState rather than wrap.
+//   - A grant commits as the server's synchronous_commit says (on, the
+//     default: durable before the reply). An acquisition attempt that
+//     granted nothing sets synchronous_commit to off for its own
+//     transaction, in its statement: it may have written a row lock and
+//     the waiter mark, nothing a crash could lose without harm (every
+//     later synchronous commit flushes the WAL past it; a lost mark only
+//     sends its waiter back to its retry interval), and waiting for their
+//     flush would hold the row lock, and the holder's release behind it,
+//     for one WAL flush per contended attempt.
+//     TestOnlyGrantsWaitForTheFlush checks both sides.
 //   - RenewBatch renews any number of grants in one UPDATE ... FROM
 //     unnest(...) statement with per-element Renew semantics.
 //   - TryAcquire, Renew and RenewBatch apply only within the time left
@@ -240,7 +250,9 @@
 // TryAcquire on a Store that has an open [Store.WatchRelease] registration
 // of the key (a waiting Acquire registers it before its first attempt) sets
 // the mark when it finds the key held, in its one statement, with the row
-// locked, and only if it is not set yet; an attempt whose snapshot shows
+// locked, and only if it is not set yet (the losers of the race that
+// follows a notifying release mark the winner's grant, although their
+// snapshot shows the released row); an attempt whose snapshot shows
 // the grant live and already marked answers contended without locking the
 // row, so repeated waiting attempts do not queue the holder's release
 // behind their commits. The release that finds the mark

@@ -184,8 +184,8 @@ func buildStatements(n names) statements {
 		// statement that ends past its bound is reported late: not
 		// applied either way, and its caller's deadline has passed.
 		acquire: fmt.Sprintf(`WITH ins AS (%[1]s)
-SELECT ins.token, ins.acquired_at, NOT %[2]s
-FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, "true"), inTime("$4")),
+SELECT ins.token, ins.acquired_at, %[2]s
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, "true"), notGranted("$4")),
 
 		// acquireMark is acquire for a Store that watches the key ($5,
 		// see waitMark): a contended attempt sets waiting, so that the
@@ -223,10 +223,10 @@ mark AS (
 		AND NOT EXISTS (SELECT 1 FROM ins) AND %[3]s
 	RETURNING 1
 )
-SELECT ins.token, ins.acquired_at, NOT %[3]s
+SELECT ins.token, ins.acquired_at, %[4]s
 FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`, grant(t, fmt.Sprintf(`NOT EXISTS (
 		SELECT 1 FROM %[1]s AS w
-		WHERE w.key = $1::text AND w.waiting AND w.owner IS NOT NULL AND w.expires_at > statement_timestamp())`, t)), t, inTime("$4")),
+		WHERE w.key = $1::text AND w.waiting AND w.owner IS NOT NULL AND w.expires_at > statement_timestamp())`, t)), t, inTime("$4"), notGranted("$4")),
 
 		// A plain UPDATE checks its WHERE before it waits for a row lock,
 		// and does not check it again after the wait unless the row was
@@ -337,6 +337,26 @@ RETURNING f.token`, f),
 // evaluated matters: after the row lock is held.
 func inTime(p string) string {
 	return fmt.Sprintf("(%[1]s::bigint IS NULL OR clock_timestamp() <= statement_timestamp() + %[1]s::bigint * interval '1 microsecond')", p)
+}
+
+// notGranted is the last column of both acquire statements, the late flag,
+// for the upsert ins and the not-after parameter p. For a grant it is
+// false, and nothing else is evaluated: the grant commits as the server's
+// synchronous_commit says (on by default: durable before the reply). For
+// an attempt that granted nothing it is whether the statement ran past
+// its bound, and it first sets synchronous_commit to off for the
+// statement's own transaction (set_config(..., true): it ends with it),
+// so that the commit of an attempt that changed no grant does not wait
+// for the WAL flush. Such an attempt wrote at most a row lock and the
+// waiter mark: a crash may lose them, which loses no grant, no token and
+// no release (every later synchronous commit flushes the WAL past them),
+// only a mark, whose waiter then falls back to its retry interval. The
+// contended attempts of a hand-off wait for the winner's row lock and
+// then take it in turn, each for its own commit: with the flush, the
+// holder's next release queues behind one WAL flush per loser.
+func notGranted(p string) string {
+	return fmt.Sprintf(`CASE WHEN ins.token IS NOT NULL THEN false
+	ELSE set_config('synchronous_commit', 'off', true) IS NOT NULL AND NOT %s END`, inTime(p))
 }
 
 // budget is the not-after parameter of a mutation about to be sent under
