@@ -166,8 +166,7 @@ func TestLateReplies(t *testing.T) {
 	}
 	out := make([]leaseapi.RenewResult, 2)
 	reqs := []leaseapi.RenewRequest{{Record: rec, TTL: time.Second}, {Record: rec, TTL: time.Second}}
-	got, err = batchLate(statusLate, nowText, "renew batch")
-	decodeBatch(nil, err, []int{0, 1}, reqs, out, "renew batch")
+	got = batchResult(statusLate, nowText, nil, []int{0, 1}, reqs, out, "renew batch")
 	for i, r := range out {
 		check("batch element "+strconv.Itoa(i), r.Err, "renew batch")
 	}
@@ -182,17 +181,19 @@ func TestLateReplies(t *testing.T) {
 	if _, got, err := renewResult(statusOK, strconv.FormatInt(es, 10), rec, time.Second, "renew"); err != nil || got != now {
 		t.Errorf("renew ok: got (%d, %v), want (%d, nil)", got, err, now)
 	}
-	if got, ok := batchTime([]int64{statusStale, 0, statusOK, es}, []int{0, 1}, reqs); !ok || got != now {
-		t.Errorf("batchTime(stale, ok): got (%d, %v), want (%d, true)", got, ok, now)
+	out = make([]leaseapi.RenewResult, 2)
+	if got := batchResult(statusOK, fmt.Sprintf("%d 31", es), nil, []int{0, 1}, reqs, out, "renew batch"); got != now || out[0].Err == nil || out[1].Err != nil {
+		t.Errorf("batch (stale, ok): got %d, %v, want %d, (stale, ok)", got, out, now)
+	}
+	// The batch's one expiry is its TIME reading's, renewed or not.
+	if got := batchResult(statusOK, fmt.Sprintf("%d 3", es), nil, []int{0}, reqs, out, "renew batch"); got != now {
+		t.Errorf("batch (all stale): got %d, want %d", got, now)
 	}
 	if _, got, _ := acquireResult(statusContended, "", key, owner, time.Second, "try acquire"); got != 0 {
 		t.Errorf("acquire contended found the time %d", got)
 	}
 	if _, got, _ := renewResult(statusStale, "", rec, time.Second, "renew"); got != 0 {
 		t.Errorf("renew stale found the time %d", got)
-	}
-	if _, ok := batchTime([]int64{statusStale, 0}, []int{0}, reqs); ok {
-		t.Error("batchTime(all stale) found a time")
 	}
 
 	// The other statuses keep their kinds.

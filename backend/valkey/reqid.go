@@ -13,9 +13,8 @@ import (
 // Request ids bind every reply to its request.
 //
 // Each script call carries a fresh random id as its last argument, and the
-// script echoes it in its reply: after the status in the one-line replies
-// ("S ID[ PAYLOAD]"), as the last element of the batch's array (see
-// scripts.go). A reply whose id is not the request's belongs to another
+// script echoes it in its reply, after the status of its one-line reply
+// ("S ID[ PAYLOAD]", see scripts.go). A reply whose id is not the request's belongs to another
 // request: the client's connection delivered replies out of order, as
 // valkey-go has been seen to do on a pipelined connection that is reset
 // while it also carries a subscription. Decoding such a reply as our own
@@ -40,29 +39,6 @@ func newRequestID() (int64, string) {
 // newRequestIDValue returns a fresh id, never 0 (callText.id appends its
 // text).
 func newRequestIDValue() int64 { return 1 + rand.Int64N(maxRequestID-1) }
-
-// matchID checks that vals ends with id and returns the values before it.
-func matchID(vals []int64, id int64) ([]int64, bool) {
-	if len(vals) == 0 || vals[len(vals)-1] != id {
-		return nil, false
-	}
-	return vals[:len(vals)-1], true
-}
-
-// ints decodes the reply of a script that returns integers: a failed call
-// is classified, a reply that does not end with id is mismatchError, and
-// the body's values come back without the id.
-func ints(res vk.ValkeyResult, id int64, op string, mutation bool) ([]int64, error) {
-	vals, err := res.AsIntSlice()
-	if err != nil {
-		return nil, leaseapi.Wrap(classify(err, mutation), op)
-	}
-	vals, ok := matchID(vals, id)
-	if !ok {
-		return nil, mismatchError(op, mutation)
-	}
-	return vals, nil
-}
 
 // line decodes a one-line script reply "S ID" or "S ID PAYLOAD" to the
 // request whose id text is ida: a failed call is classified, a reply that

@@ -23,13 +23,12 @@ import (
 // scriptedServer is a minimal RESP2 server: it refuses HELLO (so that
 // valkey-go speaks RESP2 and sends nothing else at connect) and answers
 // every EVALSHA with reply(args), args being the command's arguments after
-// the keys: a string is sent as a bulk string (the scripts' one-line
-// replies), a []string as an array of them (the batch's). It is how a test makes the connection deliver a reply that
-// does not belong to the request, which a real server never does on its
-// own.
+// the keys, as a bulk string (the scripts' one-line replies). It is how a
+// test makes the connection deliver a reply that does not belong to the
+// request, which a real server never does on its own.
 type scriptedServer struct {
 	ln    net.Listener
-	reply atomic.Pointer[func(args []string) any]
+	reply atomic.Pointer[func(args []string) string]
 	wg    sync.WaitGroup
 }
 
@@ -54,7 +53,7 @@ func newScriptedServer(t *testing.T) *scriptedServer {
 }
 
 // answer sets the reply to every later script call.
-func (s *scriptedServer) answer(f func(args []string) any) { s.reply.Store(&f) }
+func (s *scriptedServer) answer(f func(args []string) string) { s.reply.Store(&f) }
 
 func (s *scriptedServer) serve(c net.Conn) {
 	defer c.Close()
@@ -70,15 +69,8 @@ func (s *scriptedServer) serve(c net.Conn) {
 		switch strings.ToUpper(cmd[0]) {
 		case "EVALSHA", "EVAL":
 			nkeys, _ := strconv.Atoi(cmd[2])
-			switch v := (*s.reply.Load())(cmd[3+nkeys:]).(type) {
-			case string:
-				fmt.Fprintf(w, "$%d\r\n%s\r\n", len(v), v)
-			case []string:
-				fmt.Fprintf(w, "*%d\r\n", len(v))
-				for _, e := range v {
-					fmt.Fprintf(w, "$%d\r\n%s\r\n", len(e), e)
-				}
-			}
+			v := (*s.reply.Load())(cmd[3+nkeys:])
+			fmt.Fprintf(w, "$%d\r\n%s\r\n", len(v), v)
 		case "PING":
 			w.WriteString("+PONG\r\n")
 		default:
@@ -118,7 +110,7 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 
 	// The server time in a reply to another request is not learnt: the
 	// Store has no observation of the server's clock before, nor after.
-	srv.answer(func(args []string) any { return fmt.Sprintf("6 1 %d", now+3600e6) }) // late, an hour ahead, id 1
+	srv.answer(func(args []string) string { return fmt.Sprintf("6 1 %d", now+3600e6) }) // late, an hour ahead, id 1
 	if _, err := s.TryAcquire(context.Background(), key, ownerA, time.Second); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
 		t.Fatalf("TryAcquire answered by another request's late reply: got %v, want ErrAmbiguousOutcome", err)
 	}
@@ -137,38 +129,37 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 	defer cancel()
 
 	// Each operation, the reply its script gives on success (status and
-	// payload of a one-line reply, or the batch's array without its id),
+	// payload of its one-line reply),
 	// and the kind a reply bound to another request must give.
 	es := strconv.FormatInt(exp/1000-1, 10) // the expiry in replies: ms, minus 1
 	ops := []struct {
 		name            string
 		status, payload string
-		batch           []string
 		call            func() error
 		kind            error
 	}{
-		{"TryAcquire", "1", "7 " + es, nil, func() error {
+		{"TryAcquire", "1", "7 " + es, func() error {
 			got, err := s.TryAcquire(ctx, key, ownerA, time.Second)
 			if err == nil && (got.Token != 7 || !got.ExpiresAt.Equal(rec.ExpiresAt)) {
 				return fmt.Errorf("granted token %d until %v, want 7 until %v", got.Token, got.ExpiresAt, rec.ExpiresAt)
 			}
 			return err
 		}, leaseapi.ErrAmbiguousOutcome},
-		{"Renew", "1", es, nil, func() error { _, err := s.Renew(ctx, rec, time.Second); return err }, leaseapi.ErrAmbiguousOutcome},
-		{"RenewBatch", "", "", []string{"1", es, "1", es}, func() error {
+		{"Renew", "1", es, func() error { _, err := s.Renew(ctx, rec, time.Second); return err }, leaseapi.ErrAmbiguousOutcome},
+		{"RenewBatch", "1", es + " 11", func() error {
 			res := s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: time.Second}, {Record: rec, TTL: time.Second}})
 			return errors.Join(res[0].Err, res[1].Err)
 		}, leaseapi.ErrAmbiguousOutcome},
-		{"Release", "1", "", nil, func() error { return s.Release(ctx, rec) }, leaseapi.ErrAmbiguousOutcome},
-		{"Guard", "1", "", nil, func() error { return s.Guard(ctx, rec, cacheKey, "v", 0) }, leaseapi.ErrAmbiguousOutcome},
-		{"Validate", "1", es + " 1000000:7:" + ownerA, nil, func() error {
+		{"Release", "1", "", func() error { return s.Release(ctx, rec) }, leaseapi.ErrAmbiguousOutcome},
+		{"Guard", "1", "", func() error { return s.Guard(ctx, rec, cacheKey, "v", 0) }, leaseapi.ErrAmbiguousOutcome},
+		{"Validate", "1", es + " 1000000:7:" + ownerA, func() error {
 			got, err := s.Validate(ctx, rec)
 			if err == nil && got != rec {
 				return fmt.Errorf("validate: %+v, want %+v", got, rec)
 			}
 			return err
 		}, leaseapi.ErrBackendUnavailable},
-		{"Inspect", "5", "9", nil, func() error {
+		{"Inspect", "5", "9", func() error {
 			got, held, err := s.Inspect(ctx, key)
 			if err == nil && (held || got.Token != 9) {
 				return fmt.Errorf("inspect: %+v held %v, want free at token 9", got, held)
@@ -190,18 +181,12 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 	}
 	for _, op := range ops {
 		for _, id := range ids {
-			srv.answer(func(args []string) any {
+			srv.answer(func(args []string) string {
 				req := args[len(args)-1]
 				if n, err := strconv.ParseInt(req, 10, 64); err != nil || n <= 0 || n >= 1<<53 {
 					t.Errorf("%s: request id argument %q, want an integer in [1, 2^53)", op.name, req)
 				}
 				got := id.id(req)
-				if op.batch != nil {
-					if got == "" {
-						return op.batch
-					}
-					return append(append([]string(nil), op.batch...), got)
-				}
 				fields := []string{op.status}
 				if got != "" {
 					fields = append(fields, got)

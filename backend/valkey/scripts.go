@@ -43,10 +43,8 @@ import (
 //     (token, owner) pairs compare equal.
 //   - Numbers are turned into text with "%d", exact for any integer a
 //     double holds exactly, and cheaper on the server than Lua's own
-//     "%.14g" conversion (concatenation), which the batched renewal still uses
-//     for its expiries (milliseconds since the epoch: exact until the year
-//     5138). Numbers are never passed to redis.call as numbers (servers
-//     format those differently).
+//     "%.14g" conversion (concatenation). Numbers are never passed to
+//     redis.call as numbers (servers format those differently).
 //   - Every check precedes the first write, and no write can fail once the
 //     checks passed, so a script that returns a server error wrote nothing.
 //     (The one exception: INCR of a counter that is not an integer or at
@@ -57,8 +55,8 @@ import (
 //     digit (statusOK, statusContended, statusStale, statusGone,
 //     statusFree, statusLate, statusBadToken), the request id (reqid.go:
 //     every script's last argument, echoed) and the operation's fields.
-//     Only the batched renewal answers with an array (its id last). A
-//     table reply costs the server about as much as a redis.call.
+//     The batched renewal's too, with one status byte per key. A table
+//     reply costs the server about as much as a redis.call.
 //   - The scripts that grant or extend (acquire, renew, batched renew) take
 //     a not-after bound as their last argument before the id: server time
 //     in microseconds, "0" for none. When the server's TIME is past it, the
@@ -172,46 +170,43 @@ end
 return '1 ' .. ARGV[4] .. ' ' .. es
 `
 
-// srcRenewBatch: KEYS lease keys; ARGV expected value, ttl (µs) per key,
-// then one not-after (µs) for the whole batch, then the id. Returns
-// "6 ID NOW" (late), or an array: status (statusOK or statusStale) and ES
-// (0 when stale) per key, then the id. One MGET reads every key before
-// the first write. Only for a standalone server (the keys live on
-// different slots).
-var srcRenewBatch = "#!lua\n" + `local vs = redis.call('MGET', unpack(KEYS))
-local ok = {}
-for k = 1, #KEYS do
+// srcRenewBatch: KEYS lease keys; ARGV the expected value per key, then
+// one ttl (µs) and one not-after (µs) for the whole batch, then the id.
+// Returns "6 ID NOW" (late) or "1 ID ES STATUSES": ES the expiry (in ms,
+// minus 1) of every key renewed, all renewed for the one TTL from one
+// TIME reading, and one status byte per key, '1' (renewed) or '3'
+// (stale). One MGET reads every key before the first write. Only for a
+// standalone server (the keys live on different slots).
+//
+// The TTL is the batch's, so that the expiry is computed and formatted
+// once; the client sends renewals of other TTLs in calls of their own.
+// The reply is one line like every other script's: an array of two
+// elements per key cost the server a table entry, a number conversion and
+// a RESP element per key, and the client a reply element per key.
+var srcRenewBatch = "#!lua\n" + `local n = #KEYS
+local vs = redis.call('MGET', unpack(KEYS))
+local st = {}
+for k = 1, n do
   local v = vs[k]
-  if v == ARGV[2*k-1] then
-    ok[k] = 1
-  elseif v then
-    ok[k] = 2
-` + fill(luaSame, "$V", "v", "$X", "2*k-1", "$FAIL", "ok[k] = false") + `  end
-end
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local na = tonumber(ARGV[2*#KEYS+1])
-if na > 0 and now > na then
-  return '6 ' .. ARGV[#ARGV] .. string.format(' %d', now)
-end
-local out = {}
-for k = 1, #KEYS do
-  if ok[k] then
-    local es = math.ceil((now + ARGV[2*k]) / 1000) - 1 .. ''
-    if ok[k] == 1 then
-      redis.call('PEXPIREAT', KEYS[k], es)
-    else
-      local v = vs[k]
-      local m = string.find(v, '[:!]')
-      redis.call('SET', KEYS[k], ARGV[2*k] .. string.sub(v, m), 'PXAT', es)
-    end
-    out[2*k-1] = 1; out[2*k] = es
+  if v == ARGV[k] then
+    st[k] = '1'
+  elseif not v then
+    st[k] = '3'
   else
-    out[2*k-1] = 3; out[2*k] = 0
+    st[k] = '2'
+` + fill(luaSame, "$V", "v", "$X", "k", "$FAIL", "st[k] = '3'") + `  end
+end
+` + fill(luaTime, "$NA", "n+2", "$TTL", "n+1") + `for k = 1, n do
+  local s = st[k]
+  if s == '1' then
+    redis.call('PEXPIREAT', KEYS[k], es)
+  elseif s == '2' then
+    local v = vs[k]
+    redis.call('SET', KEYS[k], ARGV[n+1] .. string.sub(v, (string.find(v, '[:!]'))), 'PXAT', es)
+    st[k] = '1'
   end
 end
-out[2*#KEYS+1] = ARGV[#ARGV]
-return out
+return '1 ' .. ARGV[n+3] .. ' ' .. es .. ' ' .. table.concat(st)
 `
 
 // srcValidate: KEYS lease; ARGV expected value, id. Writes nothing.

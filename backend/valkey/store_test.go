@@ -520,6 +520,41 @@ func TestRenewBatchMany(t *testing.T) {
 	}
 }
 
+// TestRenewBatchMixedTTLs: a batch whose renewals ask for different TTLs,
+// interleaved (each script call serves one TTL, so the Store regroups
+// them), renews each for its own TTL and answers in request order.
+func TestRenewBatchMixedTTLs(t *testing.T) {
+	c := newClient(t, serverAddr(t))
+	s := newStore(t, c, valkey.Options{})
+	ctx := t.Context()
+	const n = 600 // more than one chunk of one TTL
+	ttls := []time.Duration{3 * time.Second, 2 * time.Second, 5 * time.Second}
+	reqs := make([]leaseapi.RenewRequest, n)
+	for i := range reqs {
+		rec, err := s.TryAcquire(ctx, leaseapi.MustKey("mixed", "k"+itoa(i)), ownerA, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%7 == 6 {
+			rec.Owner = ownerB // stale
+		}
+		reqs[i] = leaseapi.RenewRequest{Record: rec, TTL: ttls[i%3]}
+	}
+	res := s.RenewBatch(ctx, reqs)
+	for i, r := range res {
+		if i%7 == 6 {
+			wantKind(t, "stale element", r.Err, leaseapi.ErrStaleOwner)
+			continue
+		}
+		if r.Err != nil || r.Record.Key != reqs[i].Record.Key || r.Record.Token != reqs[i].Record.Token || r.Record.GrantedTTL() != reqs[i].TTL {
+			t.Fatalf("element %d: got %+v (%v, ttl %v), want ttl %v", i, r.Record, r.Err, r.Record.GrantedTTL(), reqs[i].TTL)
+		}
+		if v, err := s.Validate(ctx, r.Record); err != nil || v != r.Record {
+			t.Fatalf("element %d: Validate: %+v, %v; want %+v", i, v, err, r.Record)
+		}
+	}
+}
+
 func itoa(i int) string {
 	if i == 0 {
 		return "0"
