@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,15 +33,23 @@ return 0`)
 )
 
 // evalCost runs fn between CONFIG RESETSTAT and INFO commandstats, and
-// returns the number of EVALSHA calls and their total server time in µs (a
-// script's time includes the commands it calls).
-func evalCost(t *testing.T, c vk.Client, fn func()) (int64, float64) {
+// returns the number of EVALSHA calls and their cost: with cg nil, their
+// total server time in µs (a script's time includes the commands it
+// calls); with cg, the server's instructions while fn ran (callgrind).
+func evalCost(t *testing.T, c vk.Client, cg *callgrind, fn func()) (int64, float64) {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
+	if cg != nil {
+		cg.zero(t)
+	}
 	fn()
+	var ir float64
+	if cg != nil {
+		ir = cg.instructions(t)
+	}
 	info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +70,86 @@ func evalCost(t *testing.T, c vk.Client, fn func()) (int64, float64) {
 				usec, _ = strconv.ParseFloat(v, 64)
 			}
 		}
+		if cg != nil {
+			return calls, ir
+		}
 		return calls, usec
 	}
 	t.Fatal("no cmdstat_evalsha in INFO commandstats")
 	return 0, 0
+}
+
+// callgrind counts the instructions of a server run under valgrind's
+// callgrind tool, through callgrind_control.
+type callgrind struct{ pid string }
+
+// underCallgrind makes the servers the test starts from now on run under
+// callgrind: a valkey-server on PATH that runs the real binary under
+// valgrind (testserver prefers that name; valgrind keeps the pid, so
+// testserver's check that the server is its own child still holds).
+func underCallgrind(t *testing.T) {
+	t.Helper()
+	bin, err := testserver.FindBinary([]string{"valkey-server", "redis-server"})
+	if err != nil {
+		t.Skip("no server binary")
+	}
+	for _, tool := range []string{"valgrind", "callgrind_control"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on PATH", tool)
+		}
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=/dev/null " + bin + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "valkey-server"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// serverCallgrind returns the callgrind of srv, a server started after
+// underCallgrind.
+func serverCallgrind(t *testing.T, srv *testserver.RedisServer) *callgrind {
+	t.Helper()
+	info, err := srv.Do("INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if pid, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return &callgrind{pid: pid}
+		}
+	}
+	t.Fatal("no process_id in INFO server")
+	return nil
+}
+
+func (cg *callgrind) control(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("callgrind_control", append(args, cg.pid)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("callgrind_control %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func (cg *callgrind) zero(t *testing.T) { cg.control(t, "-z") }
+
+// instructions returns the instructions executed since the last zero, all
+// threads.
+func (cg *callgrind) instructions(t *testing.T) float64 {
+	out := cg.control(t, "-e", "Ir")
+	var sum float64
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "Th" {
+			n, err := strconv.ParseFloat(strings.ReplaceAll(f[2], ",", ""), 64)
+			if err != nil {
+				t.Fatalf("callgrind_control: %q", line)
+			}
+			sum += n
+		}
+	}
+	return sum
 }
 
 // TestScriptCost prints, for each operation, the server CPU per call of
@@ -78,6 +164,12 @@ func evalCost(t *testing.T, c vk.Client, fn func()) (int64, float64) {
 // of one operation alternating, and the table reports the median round:
 // noise from other processes then falls on both sides alike. Keys of both
 // have about the same length (a Store with the prefix "f").
+//
+// With LEASE_SCRIPT_COST_CALLGRIND=1 as well, the server runs under
+// valgrind's callgrind and the table counts its instructions per call
+// (thousands), event loop and reply included: deterministic, unlike the
+// time, so a change of a few percent shows. (valgrind slows the server
+// about fifty-fold: N=5120 takes a few minutes.)
 func TestScriptCost(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("LEASE_SCRIPT_COST"))
 	if n <= 0 {
@@ -85,7 +177,17 @@ func TestScriptCost(t *testing.T) {
 	}
 	const m = 512 // calls per round (two batches of 256)
 	rounds := max(n/m, 1)
+	unit := "server CPU per call (µs), INFO commandstats"
+	useCG := os.Getenv("LEASE_SCRIPT_COST_CALLGRIND") == "1"
+	if useCG {
+		underCallgrind(t)
+		unit = "server instructions per call (k), callgrind"
+	}
 	srv := privateServer(t, testserver.RedisOptions{})
+	var cg *callgrind
+	if useCG {
+		cg = serverCallgrind(t, srv)
+	}
 	c := newClient(t, srv.Addr())
 	s := newStore(t, c, valkey.Options{Prefix: "f"})
 	watcher := newStore(t, c, valkey.Options{Prefix: "f"})
@@ -100,7 +202,10 @@ func TestScriptCost(t *testing.T) {
 	samples := map[string][]float64{} // op/who -> per-round µs per call
 	var order []string
 	measure := func(name string, per int, fn func()) {
-		calls, usec := evalCost(t, c, fn)
+		calls, usec := evalCost(t, c, cg, fn)
+		if cg != nil {
+			usec /= 1000 // thousands of instructions
+		}
 		if calls == 0 {
 			t.Fatalf("%s: no EVALSHA calls", name)
 		}
@@ -252,7 +357,7 @@ func TestScriptCost(t *testing.T) {
 		return xs[len(xs)/2]
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "server CPU per call (µs), INFO commandstats, EVALSHA; median of %d rounds of %d calls\n", rounds, m)
+	fmt.Fprintf(&b, "%s, EVALSHA; median of %d rounds of %d calls\n", unit, rounds, m)
 	fmt.Fprintf(&b, "%-34s %8s %8s %7s\n", "operation", "floor", "store", "ratio")
 	for _, name := range order {
 		op, who, _ := strings.Cut(name, "/")
