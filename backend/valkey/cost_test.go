@@ -191,7 +191,10 @@ func TestScriptCost(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	s := newStore(t, c, valkey.Options{Prefix: "f"})
 	watcher := newStore(t, c, valkey.Options{Prefix: "f"})
-	ctx := context.Background()
+	// A deadline, as the runtime gives every call: the acquire and renew
+	// scripts then get a not-after bound to check, as they do in use.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
 	const ttl = time.Minute
 	ms := strconv.FormatInt(ttl.Milliseconds(), 10)
 	must := func(err error) {
