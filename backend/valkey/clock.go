@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -62,18 +63,24 @@ const (
 
 // serverClock is one observation of the server's clock: a reply carried
 // server time (µs since the epoch) for a request sent at local monotonic
-// instant sent (µs since the Store's origin). Immutable once published.
+// instant sent (µs since the Store's origin).
 type serverClock struct {
 	server, sent int64
 }
 
 // clockEstimate is a Store's knowledge of the server's clock: the latest
-// observation. Safe for concurrent use: observations are published through
-// an atomic pointer, and a reply to an older request never replaces the
-// observation of a newer one.
+// observation. Safe for concurrent use, and without allocation (every
+// acquisition and renewal publishes one, so a pointer to a fresh
+// observation cost them an allocation each): the observation's two fields
+// are guarded by a sequence counter, odd while a writer stores them, and
+// a reader retries until it read both between the same even count. A
+// reply to an older request never replaces the observation of a newer
+// one.
 type clockEstimate struct {
 	origin time.Time // monotonic reading; sent instants are measured from it
-	last   atomic.Pointer[serverClock]
+
+	seq          atomic.Uint64
+	server, sent atomic.Int64 // server 0: no observation yet
 }
 
 func newClockEstimate() *clockEstimate { return &clockEstimate{origin: time.Now()} }
@@ -85,6 +92,42 @@ func (c *clockEstimate) now() (int64, time.Time) {
 	return t.Sub(c.origin).Microseconds(), t
 }
 
+// load returns the latest observation (ok false: none yet) and the
+// sequence count it was read at, for publish. A writer holds the count odd
+// for two stores; a reader that meets it yields and retries.
+func (c *clockEstimate) load() (obs serverClock, ok bool, seq uint64) {
+	for {
+		seq = c.seq.Load()
+		if seq&1 == 0 {
+			obs = serverClock{server: c.server.Load(), sent: c.sent.Load()}
+			if c.seq.Load() == seq {
+				return obs, obs.server > 0, seq
+			}
+		}
+		runtime.Gosched()
+	}
+}
+
+// latest returns the latest observation, nil when there is none.
+func (c *clockEstimate) latest() *serverClock {
+	if obs, ok, _ := c.load(); ok {
+		return &obs
+	}
+	return nil
+}
+
+// publish replaces the observation read at sequence count seq by obs; it
+// fails if another writer published since.
+func (c *clockEstimate) publish(seq uint64, obs serverClock) bool {
+	if !c.seq.CompareAndSwap(seq, seq+1) {
+		return false
+	}
+	c.server.Store(obs.server)
+	c.sent.Store(obs.sent)
+	c.seq.Store(seq + 2)
+	return true
+}
+
 // observe records that a reply carried server time server for a request
 // sent at local instant sent (from now). Non-positive server times are
 // ignored (not a server clock).
@@ -93,14 +136,14 @@ func (c *clockEstimate) observe(server, sent int64) {
 		return
 	}
 	for {
-		cur := c.last.Load()
-		if cur != nil && cur.sent > sent {
+		cur, ok, seq := c.load()
+		if ok && cur.sent > sent {
 			return // a newer request's observation is already in
 		}
-		if cur != nil && cur.sent == sent && cur.server <= server {
+		if ok && cur.sent == sent && cur.server <= server {
 			return // same request instant: keep the lower (tighter) reading
 		}
-		if c.last.CompareAndSwap(cur, &serverClock{server: server, sent: sent}) {
+		if c.publish(seq, serverClock{server: server, sent: sent}) {
 			return
 		}
 	}
@@ -120,7 +163,7 @@ func (c *clockEstimate) boundMicros(ctx context.Context) (na, sent int64) {
 	if !ok {
 		return 0, sent
 	}
-	return notAfter(c.last.Load(), sent, dl.Sub(wall)), sent
+	return notAfter(c.latest(), sent, dl.Sub(wall)), sent
 }
 
 // notAfter is the bound, in server µs, for a request sent at local instant

@@ -88,21 +88,21 @@ func TestClockEstimateObserve(t *testing.T) {
 	}
 	c.observe(0, 5) // not a server time: ignored
 	c.observe(-1, 5)
-	if c.last.Load() != nil {
+	if c.latest() != nil {
 		t.Fatal("a non-positive server time was kept")
 	}
 	c.observe(1000, 10)
 	c.observe(900, 5) // the reply to an older request: ignored
-	if got := *c.last.Load(); got != (serverClock{1000, 10}) {
+	if got := *c.latest(); got != (serverClock{1000, 10}) {
 		t.Fatalf("after an older request's reply: got %+v, want {1000 10}", got)
 	}
 	c.observe(950, 10) // the same send instant, a lower reading: tighter
 	c.observe(990, 10)
-	if got := *c.last.Load(); got != (serverClock{950, 10}) {
+	if got := *c.latest(); got != (serverClock{950, 10}) {
 		t.Fatalf("after a tighter reading: got %+v, want {950 10}", got)
 	}
 	c.observe(5000, 20) // a newer request: replaces, even with a higher offset
-	if got := *c.last.Load(); got != (serverClock{5000, 20}) {
+	if got := *c.latest(); got != (serverClock{5000, 20}) {
 		t.Fatalf("after a newer request's reply: got %+v, want {5000 20}", got)
 	}
 	arg, sent := c.bound(ctx)
@@ -111,19 +111,48 @@ func TestClockEstimateObserve(t *testing.T) {
 		t.Fatalf("bound with an hour left: got %q (sent %d), want about 5000 + 1h", arg, sent)
 	}
 
-	// Concurrent observers (run with -race): the newest send instant wins.
+	// Concurrent observers (run with -race): the newest send instant wins,
+	// and a concurrent reader never sees the fields of two observations
+	// (each has server = 1_000_000 + sent).
 	c = newClockEstimate()
 	var wg sync.WaitGroup
-	for g := range 8 {
+	done := make(chan struct{})
+	torn := make(chan serverClock, 1)
+	for range 2 {
 		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if got := c.latest(); got != nil && got.server != 1_000_000+got.sent {
+					select {
+					case torn <- *got:
+					default:
+					}
+				}
+			}
+		})
+	}
+	var writers sync.WaitGroup
+	for g := range 8 {
+		writers.Go(func() {
 			for i := range 1000 {
 				sent := int64(i*8 + g)
 				c.observe(1_000_000+sent, sent)
 			}
 		})
 	}
+	writers.Wait()
+	close(done)
 	wg.Wait()
-	if got := *c.last.Load(); got.sent != 7999 || got.server != 1_007_999 {
+	select {
+	case got := <-torn:
+		t.Fatalf("a reader saw a torn observation %+v", got)
+	default:
+	}
+	if got := *c.latest(); got.sent != 7999 || got.server != 1_007_999 {
 		t.Fatalf("after concurrent observations: got %+v, want the newest {1007999 7999}", got)
 	}
 }
@@ -205,5 +234,21 @@ func TestLateReplies(t *testing.T) {
 	}
 	if _, _, err := acquireResult(statusLate, "", key, owner, time.Second, "try acquire"); leaseapi.Kind(err) != leaseapi.ErrAmbiguousOutcome {
 		t.Errorf("acquire with a malformed late reply: got %v, want ErrAmbiguousOutcome (protocol error)", err)
+	}
+}
+
+// TestClockEstimateAllocs: publishing and reading an observation allocate
+// nothing (each acquisition and renewal does both).
+func TestClockEstimateAllocs(t *testing.T) {
+	c := newClockEstimate()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	sent := int64(0)
+	if n := testing.AllocsPerRun(100, func() {
+		sent++
+		c.observe(1_000_000+sent, sent)
+		_, _ = c.boundMicros(ctx)
+	}); n != 0 {
+		t.Fatalf("observe and boundMicros: %v allocations, want 0", n)
 	}
 }

@@ -19,14 +19,18 @@ var Classify = classify
 // of what an earlier call sent.
 func BoundAt(s *Store, dl time.Time) int64 {
 	now, wall := s.clock.now()
-	return notAfter(s.clock.last.Load(), now, dl.Sub(wall))
+	return notAfter(s.clock.latest(), now, dl.Sub(wall))
 }
 
 // SkewClock shifts s's latest observation of the server's clock by d, as a
 // step of the server's clock by -d would leave it. s must have one.
 func SkewClock(s *Store, d time.Duration) {
-	obs := s.clock.last.Load()
-	s.clock.last.Store(&serverClock{server: obs.server + d.Microseconds(), sent: obs.sent})
+	for {
+		obs, _, seq := s.clock.load()
+		if s.clock.publish(seq, serverClock{server: obs.server + d.Microseconds(), sent: obs.sent}) {
+			return
+		}
+	}
 }
 
 // Settings returns what New made of a Store's Options.
