@@ -260,18 +260,26 @@ LEFT JOIN %[1]s AS l ON l.key = $1::text AND l.owner = $2::text AND l.token = $3
 
 		// One UPDATE comparing owner and token. If the row is locked, it
 		// waits, and if the row was changed meanwhile (a waiter's mark),
-		// evaluates its WHERE again and updates the newest version, so
-		// RETURNING reads the mark as the release leaves it. It notifies
-		// (delivered at commit) only if the mark is set: a transaction
-		// that notified serialises its commit with every other notifying
-		// transaction of the database, so an uncontended release must
-		// not. The mark stays: the next grant of the released row clears
-		// it (see grant). The payload is computed by the server, and only
-		// then (payloadSQL). No row means already released, or stale:
-		// released tells which.
-		release: fmt.Sprintf(`UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at
-WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint
-RETURNING CASE WHEN l.waiting THEN pg_notify($4::text, %[2]s) IS NOT NULL ELSE false END`, t, payloadSQL("$1")),
+		// evaluates its WHERE and SET again on the newest version, so the
+		// SET of waiting reads the mark as the release finds it. It
+		// notifies (delivered at commit) only if the mark is set: a
+		// transaction that notified serialises its commit with every
+		// other notifying transaction of the database, so an uncontended
+		// release must not. The mark stays (waiting is set to itself; the
+		// next grant of the released row clears it, see grant). The
+		// notification is in SET, not in RETURNING, so that the release
+		// returns no row, as the floor's (a row costs the server its
+		// projection and the client its copy); SET is evaluated once per
+		// version tried, so a release whose first version was marked but
+		// whose newest one no longer matches (a successor took the row
+		// over meanwhile) can notify spuriously, which only makes a
+		// waiter try once more, and a notification is sent once per
+		// transaction whatever the count. The payload is computed by the
+		// server, and only then (payloadSQL). No row updated means
+		// already released, or stale: released tells which.
+		release: fmt.Sprintf(`UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at,
+	waiting = CASE WHEN l.waiting THEN pg_notify($4::text, %[2]s) IS NOT NULL OR l.waiting ELSE false END
+WHERE l.key = $1::text AND l.owner = $2::text AND l.token = $3::bigint`, t, payloadSQL("$1")),
 
 		// released reads whether the key's row is the released grant of
 		// token $2 (the idempotent release), after release changed nothing.
