@@ -180,6 +180,45 @@ func TestSchemaOutOfDate(t *testing.T) {
 	}
 }
 
+// TestMigrateDropsTokenCheck: a lease table migrated by an older release
+// (up to version 3, with version 1's CHECK (token > 0)) loses the check
+// when Migrate applies version 4, and keeps its rows and tokens.
+func TestMigrateDropsTokenCheck(t *testing.T) {
+	t.Parallel()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	opts := postgres.Options{Schema: randomSchema(t, url)}
+	ctx := t.Context()
+	if err := postgres.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	if tokenCheck(t, pool, opts) {
+		t.Fatal("Migrate left the token CHECK constraint")
+	}
+	tbl := pgx.Identifier{opts.Schema, postgres.DefaultTable}.Sanitize()
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+tbl+" ADD CHECK (token > 0); DELETE FROM "+pgx.Identifier{opts.Schema, "lease_migrations"}.Sanitize()+" WHERE version = 4"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := leaseapi.MustKey("old", "check")
+	rec, err := s.TryAcquire(ctx, k, "owner", time.Minute) // version 3 works as it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	if tokenCheck(t, pool, opts) {
+		t.Fatal("Migrate from version 3 left the token CHECK constraint")
+	}
+	if got, held, err := s.Inspect(ctx, k); err != nil || !held || got.Token != rec.Token {
+		t.Fatalf("the grant across Migrate: got %v held %v (%v), want token %d held", got, held, err, rec.Token)
+	}
+}
+
 // TestMigrateAfterTableDropped: Migrate notices that a table it recorded as
 // migrated is gone and says so (re-creating it would restart the tokens),
 // changing nothing; the Store reports the missing table.

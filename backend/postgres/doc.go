@@ -145,7 +145,10 @@
 // [Migrations]) in one transaction serialised by pg_advisory_xact_lock (one
 // lock per schema), creating the schema if missing and recording each
 // applied version in <schema>.lease_migrations. It is idempotent and safe to
-// run from many processes at once; migrations only create, never drop. A
+// run from many processes at once; migrations never drop lease state (the
+// only thing one drops is version 1's CHECK (token > 0), by version 4: the
+// Store's statements never write a token it would refuse, and PostgreSQL
+// compiled it again for every write of a lease row). A
 // version recorded as applied whose table was dropped since is reported
 // ("configuration: table dropped after migration"), not re-created: a new
 // lease table would restart every key's tokens at 1.

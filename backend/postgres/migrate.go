@@ -123,10 +123,12 @@ const (
 // a copy into an atlas migration directory. Apply them to a database that
 // [Migrate] never touched, or keep using one tool: Migrate's version table
 // knows nothing of the tool's. The rendered statements are idempotent (IF
-// NOT EXISTS), so a schema migrated by one can be brought up by the other.
+// NOT EXISTS, or a look at the catalog first), so a schema migrated by one
+// can be brought up by the other.
 //
 // The down migrations drop only what carries no lease state (the waiter
-// mark's column). Those of the lease and fence tables refuse, with an
+// mark's column; the down of version 4 adds the token check back). Those
+// of the lease and fence tables refuse, with an
 // error raised by the server: dropping the lease table loses every key's
 // token history (tokens would start again at 1 and could be handed out a
 // second time), and dropping the fence table forgets the tokens the
@@ -195,7 +197,8 @@ func lockID(schema string) int64 {
 // idempotent (a second call is a no-op) and safe to run from many processes
 // at once: the transaction holds a pg_advisory_xact_lock per schema, so
 // exactly one migrator applies each version and the others then find it
-// recorded. Migrations only create; nothing is ever dropped. If a version
+// recorded. Migrations never drop lease state (version 4 drops only a
+// CHECK constraint the Store's writes never violate). If a version
 // is recorded but its table was dropped since, Migrate changes nothing and
 // returns leaseapi.ErrBackendUnavailable with the detail "configuration:
 // table dropped after migration": re-creating it would restart the keys'

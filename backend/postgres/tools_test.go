@@ -103,8 +103,8 @@ func TestMigrationFSGoose(t *testing.T) {
 	pool := newPool(t, url)
 	applyGoose(t, url, pool, opts, table)
 	var v int64
-	if err := pool.QueryRow(t.Context(), "SELECT max(version_id) FROM "+pgx.Identifier{"public", table}.Sanitize()).Scan(&v); err != nil || v != 3 {
-		t.Fatalf("goose's version: got %d (%v), want 3", v, err)
+	if err := pool.QueryRow(t.Context(), "SELECT max(version_id) FROM "+pgx.Identifier{"public", table}.Sanitize()).Scan(&v); err != nil || v != 4 {
+		t.Fatalf("goose's version: got %d (%v), want 4", v, err)
 	}
 	storeWorks(t, pool, opts)
 	if err := postgres.Migrate(t.Context(), pool, opts); err != nil {
@@ -142,29 +142,60 @@ func TestMigrationFSGolangMigrate(t *testing.T) {
 	if err := m.Up(); err != nil {
 		t.Fatalf("migrate up: %v", err)
 	}
-	if v, dirty, err := m.Version(); err != nil || v != 3 || dirty {
-		t.Fatalf("migrate version: got (%d, dirty %v, %v), want (3, false, nil)", v, dirty, err)
+	if v, dirty, err := m.Version(); err != nil || v != 4 || dirty {
+		t.Fatalf("migrate version: got (%d, dirty %v, %v), want (4, false, nil)", v, dirty, err)
 	}
 	if err := m.Up(); !errors.Is(err, migrate.ErrNoChange) {
 		t.Fatalf("second migrate up: got %v, want ErrNoChange", err)
 	}
 	pool := newPool(t, url)
 	storeWorks(t, pool, opts)
-	// Down by one removes the waiter mark only; the Store says so, and up
-	// brings it back.
+	if tokenCheck(t, pool, opts) {
+		t.Fatal("version 4 left the token CHECK constraint")
+	}
+	// Down by one puts version 1's token check back, and the Store works;
+	// down by one more removes the waiter mark only, and the Store says
+	// so; up brings both back to version 4.
 	if err := m.Steps(-1); err != nil {
 		t.Fatalf("migrate down one: %v", err)
+	}
+	if !tokenCheck(t, pool, opts) {
+		t.Fatal("the down of version 4 did not restore the token CHECK constraint")
+	}
+	storeWorks(t, pool, opts)
+	if err := m.Steps(-1); err != nil {
+		t.Fatalf("migrate down two: %v", err)
 	}
 	s, err := postgres.New(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.TryAcquire(t.Context(), leaseapi.MustKey("tools", "old"), "owner", time.Minute)
-	wantConfig(t, "TryAcquire after migrate down one", err, "configuration: schema out of date: run postgres.Migrate", "42703")
+	wantConfig(t, "TryAcquire after migrate down two", err, "configuration: schema out of date: run postgres.Migrate", "42703")
 	if err := m.Up(); err != nil {
 		t.Fatalf("migrate up again: %v", err)
 	}
+	if tokenCheck(t, pool, opts) {
+		t.Fatal("version 4 applied again left the token CHECK constraint")
+	}
 	storeWorks(t, pool, opts)
+}
+
+// tokenCheck reports whether the lease table of opts has version 1's
+// CHECK (token > 0), which version 4 drops.
+func tokenCheck(t *testing.T, pool *pgxpool.Pool, opts postgres.Options) bool {
+	t.Helper()
+	table := opts.Table
+	if table == "" {
+		table = postgres.DefaultTable
+	}
+	var n int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_constraint
+WHERE conrelid = $1::regclass AND contype = 'c' AND pg_catalog.pg_get_constraintdef(oid) = 'CHECK ((token > 0))'`,
+		pgx.Identifier{opts.Schema, table}.Sanitize()).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
 }
 
 // newMigrate returns a golang-migrate instance (pgx/v5 driver, iofs
@@ -206,7 +237,7 @@ func TestMigrationFSPlain(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, err := fs.Glob(fsys, "*.sql")
-	if err != nil || len(names) != 3 || names[0] != "0001_leases.sql" || names[2] != "0003_waiters.sql" {
+	if err != nil || len(names) != 4 || names[0] != "0001_leases.sql" || names[3] != "0004_token_check.sql" {
 		t.Fatalf("plain files: %v (%v)", names, err)
 	}
 	pool := newPool(t, url)
