@@ -43,7 +43,7 @@ func (r *rawPair) run(ctx context.Context, b *testing.B, k leaseapi.Key) {
 	if err != nil || len(f) != 4 || f[0] != "1" || f[1] != "7" {
 		b.Fatalf("raw acquire: %q %v", line, err)
 	}
-	line, err = r.release.Exec(ctx, r.c, []string{lk, tk}, []string{ttl + ":" + f[2] + ":" + ownerA, "8"}).ToString()
+	line, err = r.release.Exec(ctx, r.c, []string{lk}, []string{ttl + ":" + f[2] + ":" + ownerA, "8"}).ToString()
 	if err != nil || line != "1 8" {
 		b.Fatalf("raw release: %q %v", line, err)
 	}

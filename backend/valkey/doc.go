@@ -22,7 +22,9 @@
 //   - One round trip, one script per operation. TryAcquire, Renew,
 //     Validate, Release, Inspect and Guard are each one Lua script run with
 //     EVALSHA (EVAL after NOSCRIPT, which proves the first attempt did not
-//     run). Scripts run atomically on the server, so check and change are
+//     run). The one exception is the Release of a grant that already ended
+//     (its lease key is gone): a second, read-only script then asks the
+//     token counter whether a later grant exists. Scripts run atomically on the server, so check and change are
 //     one step. Nothing that changes state is ever resent after a failure.
 //   - Server time. The acquire and renew scripts read the server's TIME
 //     once, in microseconds. A grant's ExpiresAt is that reading + TTL (TTL

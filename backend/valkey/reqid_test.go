@@ -52,6 +52,25 @@ func newScriptedServer(t *testing.T) *scriptedServer {
 	return s
 }
 
+// store returns a Store on a client of s, both closed when t ends.
+func (s *scriptedServer) store(t *testing.T) *valkey.Store {
+	t.Helper()
+	c, err := vk.NewClient(vk.ClientOption{
+		InitAddress: []string{s.ln.Addr().String()}, ForceSingleClient: true,
+		AlwaysRESP2: true, DisableCache: true, ClientSetInfo: vk.DisableClientSetInfo,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	st, err := valkey.New(c, valkey.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
 // answer sets the reply to every later script call.
 func (s *scriptedServer) answer(f func(args []string) string) { s.reply.Store(&f) }
 
@@ -91,19 +110,7 @@ func (s *scriptedServer) serve(c net.Conn) {
 // right id the same replies are accepted (the control).
 func TestReplyOfAnotherRequest(t *testing.T) {
 	srv := newScriptedServer(t)
-	c, err := vk.NewClient(vk.ClientOption{
-		InitAddress: []string{srv.ln.Addr().String()}, ForceSingleClient: true,
-		AlwaysRESP2: true, DisableCache: true, ClientSetInfo: vk.DisableClientSetInfo,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := valkey.New(c, valkey.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srv.store(t)
 
 	key := leaseapi.MustKey("reqid", "k")
 	now := time.Now().UnixMilli() * 1000 // a whole millisecond, as grants are
@@ -204,5 +211,58 @@ func TestReplyOfAnotherRequest(t *testing.T) {
 				t.Errorf("%s, reply with %s: got %v, want %v (reply to another request)", op.name, id.name, err, op.kind)
 			}
 		}
+	}
+}
+
+// TestReleaseOfAnEndedGrantAsksTheCounter: a Release whose script finds no
+// live grant (status 8: nothing written) asks the token counter in a
+// second, read-only call, with the record's token and an id of its own.
+// Its answer decides: the grant was the latest (nil) or a later one exists
+// (ErrStaleOwner); a reply to another request, like any failure of that
+// read, is ErrBackendUnavailable, never ambiguous, since nothing was
+// written.
+func TestReleaseOfAnEndedGrantAsksTheCounter(t *testing.T) {
+	srv := newScriptedServer(t)
+	s := srv.store(t)
+	now := time.Now().UnixMilli() * 1000
+	rec := leaseapi.Record{Key: leaseapi.MustKey("reqid", "ended"), Owner: ownerA, Token: 7,
+		AcquiredAt: time.UnixMicro(now), ExpiresAt: time.UnixMicro(now + time.Second.Microseconds())}
+	for _, tc := range []struct {
+		name  string
+		reply func(id string) string // the counter script's
+		want  error                  // kind; nil for success
+	}{
+		{"no later grant", func(id string) string { return "4 " + id }, nil},
+		{"a later grant", func(id string) string { return "3 " + id }, leaseapi.ErrStaleOwner},
+		{"reply to another request", func(id string) string { return "4 1" + id }, leaseapi.ErrBackendUnavailable},
+		{"not a reply of the script", func(id string) string { return "1 " + id }, leaseapi.ErrBackendUnavailable},
+	} {
+		var ids []string
+		var mu sync.Mutex
+		srv.answer(func(args []string) string {
+			id := args[len(args)-1]
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+			if len(args) != 2 {
+				t.Errorf("%s: script arguments %q, want 2", tc.name, args)
+			}
+			if strings.Contains(args[0], ":") { // the expected value: the release script
+				return "8 " + id
+			}
+			if args[0] != "7" {
+				t.Errorf("%s: the counter script got token %q, want 7", tc.name, args[0])
+			}
+			return tc.reply(id)
+		})
+		err := s.Release(t.Context(), rec)
+		if tc.want == nil && err != nil || tc.want != nil && leaseapi.Kind(err) != tc.want {
+			t.Errorf("%s: Release: %v, want %v", tc.name, err, tc.want)
+		}
+		mu.Lock()
+		if len(ids) != 2 || ids[0] == ids[1] {
+			t.Errorf("%s: request ids %q, want two calls with distinct ids", tc.name, ids)
+		}
+		mu.Unlock()
 	}
 }

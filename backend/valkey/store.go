@@ -600,6 +600,11 @@ func liveGrant(payload string, key leaseapi.Key) (leaseapi.Record, bool) {
 // owner's live grant, is [leaseapi.ErrStaleOwner]. The token counter is
 // never touched. A lost reply is [leaseapi.ErrAmbiguousOutcome]; retrying a
 // Release is safe.
+//
+// A grant whose lease key is gone (it ended) takes a second round trip: a
+// read-only script asks the token counter whether a later grant exists.
+// The first script wrote nothing then, so a failure of the second is
+// [leaseapi.ErrBackendUnavailable], never ambiguous.
 func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	const op = "release"
 	if s.zero() {
@@ -612,13 +617,12 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	var t callText
 	b := buf[:0]
 	b = t.key(b, s.prefix, rec.Key, leaseSuffix)
-	b = t.key(b, s.prefix, rec.Key, tokenSuffix)
 	b = t.value(b, rec, rec.GrantedTTL())
 	b = t.id(b)
 	t.done(b)
-	lk, ida := t.field(0), t.field(3)
-	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk, t.field(1)},
-		[]string{t.field(2), ida}), ida, op, true)
+	lk, ida := t.field(0), t.field(2)
+	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk},
+		[]string{t.field(1), ida}), ida, op, true)
 	if err != nil {
 		return err
 	}
@@ -628,12 +632,39 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 		// processes learn it from the published message.
 		s.watches.Notify(s.identOf(lk))
 		return nil
+	case statusNoGrant:
+		return s.releaseEnded(ctx, rec, op)
+	case statusStale:
+		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
+	}
+	return protocolError(op, true)
+}
+
+// releaseEnded answers the Release of rec once the release script found
+// no live grant: nil if rec's token is still the counter's (no later grant
+// exists), else [leaseapi.ErrStaleOwner]. It is a read: a failed call is
+// [leaseapi.ErrBackendUnavailable].
+func (s *Store) releaseEnded(ctx context.Context, rec leaseapi.Record, op string) error {
+	var buf [textBuf]byte
+	var t callText
+	b := buf[:0]
+	b = t.key(b, s.prefix, rec.Key, tokenSuffix)
+	b = t.end(strconv.AppendUint(b, uint64(rec.Token), 10))
+	b = t.id(b)
+	t.done(b)
+	ida := t.field(2)
+	status, _, err := line(scriptEnded.Exec(ctx, s.client, []string{t.field(0)},
+		[]string{t.field(1), ida}), ida, op, false)
+	if err != nil {
+		return err
+	}
+	switch status {
 	case statusGone:
 		return nil
 	case statusStale:
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	return protocolError(op, true)
+	return protocolError(op, false)
 }
 
 // Inspect implements [leaseapi.Inspector]: the key's live grant (held ==
