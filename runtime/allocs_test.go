@@ -12,8 +12,9 @@ import (
 )
 
 // pairAllocs is the allocations of one TryAcquire+Release pair through a
-// Client on b, on the wall clock, with the caller's context ctx.
-func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context) float64 {
+// Client on b, on the wall clock, with the caller's context ctx; with
+// held, while the client holds another lease.
+func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context, held bool) float64 {
 	t.Helper()
 	c, err := runtime.NewClient(b, runtime.ClientOptions{})
 	if err != nil {
@@ -23,6 +24,11 @@ func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context) float64 {
 	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Minute, OperationTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if held {
+		if _, err := c.TryAcquire(ctx, leaseapi.MustKey("allocs", "held"), p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	k := leaseapi.MustKey("allocs", "pair")
 	return testing.AllocsPerRun(200, func() {
@@ -45,7 +51,9 @@ func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context) float64 {
 // deadline, over a context shared by the calls of a slot of time, as the
 // release's bound is), none when the caller's context already ends before
 // the OperationTimeout, and a timeout context of its own (four) when the
-// caller's context may be canceled later than that.
+// caller's context may be canceled later than that. While the client
+// holds another lease, the supervisor runs on the goroutine of an ended
+// one (supervisor/pool.go): one allocation less, the go statement's.
 func TestPairAllocs(t *testing.T) {
 	store, _ := memory.New(memory.Options{})
 	bounded := hideCapabilities{store} // not NeverBlocks: every call is bounded
@@ -58,17 +66,22 @@ func TestPairAllocs(t *testing.T) {
 		name string
 		b    leaseapi.Backend
 		ctx  context.Context
+		held bool
 		want float64
 	}{
-		{"memory backend", store, context.Background(), 8},
-		{"bounded backend", bounded, context.Background(), 9},
-		{"bounded backend, caller's context ends first", bounded, soon, 8},
-		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), 9},
-		{"bounded backend, caller's context ends later", bounded, later, 12},
+		{"memory backend", store, context.Background(), false, 8},
+		{"bounded backend", bounded, context.Background(), false, 9},
+		{"bounded backend, caller's context ends first", bounded, soon, false, 8},
+		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), false, 9},
+		{"bounded backend, caller's context ends later", bounded, later, false, 12},
 		// The fault wrapper adds one per call it makes (its WithoutCancel).
-		{"fault wrapper", simtest.NewFaulty(store), context.Background(), 11},
+		{"fault wrapper", simtest.NewFaulty(store), context.Background(), false, 11},
+		// A pair whose previous actor has not parked yet when the next
+		// starts (a loaded machine) makes a goroutine: allow half of them.
+		{"memory backend, another lease held", store, context.Background(), true, 7.5},
+		{"bounded backend, another lease held", bounded, context.Background(), true, 8.5},
 	} {
-		n, want := pairAllocs(t, tc.b, tc.ctx), tc.want+raceAllocs
+		n, want := pairAllocs(t, tc.b, tc.ctx, tc.held), tc.want+raceAllocs
 		t.Logf("%s: %v allocations per pair", tc.name, n)
 		if n > want {
 			t.Errorf("%s: got %v allocations per pair, want at most %v", tc.name, n, want)

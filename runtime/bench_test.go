@@ -20,15 +20,45 @@ import (
 // release round trip through the actor).
 func BenchmarkTryAcquireRelease(b *testing.B) { benchPair(b, runtime.ClientOptions{}) }
 
+// BenchmarkTryAcquireReleaseBounded is BenchmarkTryAcquireRelease behind
+// a wrapper that claims no capability, so that every call is bounded by
+// OperationTimeout as on Valkey and PostgreSQL: the difference is what
+// the runtime pays for the bounds.
+func BenchmarkTryAcquireReleaseBounded(b *testing.B) {
+	store, _ := memory.New(memory.Options{})
+	benchPairOn(b, hideCapabilities{store}, runtime.ClientOptions{}, false)
+}
+
+// BenchmarkTryAcquireReleaseHeld is BenchmarkTryAcquireReleaseBounded
+// while the client holds another lease, as under any concurrent load: each
+// pair's supervisor runs on the goroutine of the previous one
+// (supervisor/pool.go).
+func BenchmarkTryAcquireReleaseHeld(b *testing.B) {
+	store, _ := memory.New(memory.Options{})
+	benchPairOn(b, hideCapabilities{store}, runtime.ClientOptions{}, true)
+}
+
 // benchPair runs TryAcquire + Release pairs on one key of a memory store
 // through a client with options o.
 func benchPair(b *testing.B, o runtime.ClientOptions) {
 	store, _ := memory.New(memory.Options{})
-	c, _ := runtime.NewClient(store, o)
+	benchPairOn(b, store, o, false)
+}
+
+// benchPairOn runs TryAcquire + Release pairs on one key of backend st
+// through a client with options o; with held, while the client holds
+// another lease.
+func benchPairOn(b *testing.B, st leaseapi.Backend, o runtime.ClientOptions, held bool) {
+	c, _ := runtime.NewClient(st, o)
 	defer c.Close(context.Background())
 	p, _ := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: time.Minute})
 	k := leaseapi.MustKey("bench", "pair")
 	ctx := context.Background()
+	if held {
+		if _, err := c.TryAcquire(ctx, leaseapi.MustKey("bench", "held"), p); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		h, err := c.TryAcquire(ctx, k, p)

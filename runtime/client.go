@@ -380,6 +380,7 @@ func (c *Client) Close(ctx context.Context) error {
 		<-c.drained // supervisors' releases use ctx: they exit promptly now
 		ctxErr = leaseapi.ContextError("close", ctx.Err())
 	}
+	c.sup.Wait() // the supervisors' goroutines: parked ones end with life
 	if c.batch != nil {
 		c.batch.wait() // its senders end with life, canceled above
 	}

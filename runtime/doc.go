@@ -72,7 +72,10 @@
 // One supervisor goroutine per held lease, started by a successful
 // acquisition; it exits when the lease becomes Released, Lost or Expired
 // (so a forgotten unmanaged handle ends at its deadline) or when the
-// client closes. Run starts one watcher goroutine that exits before Run
+// client closes. On the real clock, while other leases of the client are
+// held, an exited supervisor's goroutine waits (at most 256 of them) for
+// the next acquisition's supervisor instead of exiting, and exits once
+// the client holds no lease or closes (Close waits for it). Run starts one watcher goroutine that exits before Run
 // returns. With ClientOptions.OnStateChange set, one delivery goroutine
 // runs while state changes wait for the hook; it exits when none is left
 // (Close waits for it). On a backend that claims RenewBatch (unless

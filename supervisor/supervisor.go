@@ -118,6 +118,9 @@ type Config struct {
 	// shared bounds the calls on the wall clock (internal/callctx); set
 	// by Defaults when WallClock is set.
 	shared *callctx.Shared
+	// pool holds the goroutines of exited actors for the next leases
+	// (pool.go); set by Defaults when WallClock is set.
+	pool *pool
 }
 
 // Grant is the acquisition a supervisor starts from: the record and the
@@ -182,11 +185,13 @@ type Supervisor struct {
 	loss chan Loss
 }
 
-// Start spawns the supervisor goroutine for grant g under policy p and
+// Start starts the supervisor goroutine for grant g under policy p and
 // returns at once. cfg must have been through Defaults and is not copied.
-// The goroutine runs until the lease reaches a terminal state (Released,
+// The actor runs until the lease reaches a terminal state (Released,
 // Lost, Expired) or cfg.Life ends (then it releases the lease first);
-// Done is closed as it exits.
+// Done is closed as it exits. On the wall clock its goroutine may be one
+// an earlier lease's actor ran on, and may be kept for a later one
+// (pool.go; [Config.Wait] waits for them all).
 func Start(cfg *Config, p leaseapi.Policy, g Grant) *Supervisor {
 	s := new(Supervisor)
 	StartIn(s, cfg, p, g)
@@ -202,12 +207,13 @@ func StartIn(s *Supervisor, cfg *Config, p leaseapi.Policy, g Grant) {
 	s.st = newCore(&s.policy, g)
 	s.first = s.st.view
 	s.view.Store(&s.first)
-	go s.run()
+	s.spawn()
 }
 
 // Defaults fills in the zero fields of cfg that have defaults (Life,
-// Renewer), prepares the shared call bounds of the wall clock, and returns
-// cfg; call it once, after setting the other fields and before sharing cfg.
+// Renewer), prepares the shared call bounds and the goroutine pool of the
+// wall clock, and returns cfg; call it once, after setting the other
+// fields and before sharing cfg.
 func (cfg *Config) Defaults() *Config {
 	if cfg.Life == nil {
 		cfg.Life = context.Background()
@@ -217,6 +223,9 @@ func (cfg *Config) Defaults() *Config {
 	}
 	if cfg.WallClock && !cfg.Unbounded {
 		cfg.shared = callctx.NewShared(cfg.Life)
+	}
+	if cfg.WallClock {
+		cfg.pool = newPool()
 	}
 	return cfg
 }
