@@ -137,7 +137,8 @@ type realEnv struct {
 	schema string
 
 	// oneConn limits each PostgreSQL store to one pooled connection, so
-	// that a cut hits the statement under test (scenario 3).
+	// that a scenario's warm-up prepares its statements on the connection
+	// its cut request then uses (scenarios 3 to 5).
 	oneConn bool
 
 	// calls records every mutation the env's stores were asked for, for
@@ -396,6 +397,18 @@ func (e *realEnv) wantKind(what string, err, want error) {
 	}
 }
 
+// waitCut waits until an armed cut has fired: the server has replied to
+// the cut request and the client was reset. A cut that never fires (its
+// request was never sent) fails the test instead of hanging it.
+func waitCut(t *testing.T, cut <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cut did not fire within 10s: the request under test was not sent")
+	}
+}
+
 // eventually retries op (a client reconnecting after a fault) until it
 // succeeds or limit passes.
 func eventually(limit time.Duration, op func() error) error {
@@ -489,9 +502,12 @@ func TestRealRenewReplyLost(t *testing.T) {
 		// and the check below can see it.
 		pause(ctx, 2*time.Millisecond)
 		deadline := h.Deadline()
-		cut := a.proxy.CutAfterRequest()
+		// The cut picks the renewal by its owner id: a ping the client
+		// library sends first (pgxpool pings a connection idle for over a
+		// second, as one can be on a loaded machine) passes.
+		cut := a.proxy.CutAfterRequestContaining([]byte(h.Owner()))
 		err = h.Renew(ctx)
-		<-cut
+		waitCut(t, cut)
 		e.wantKind("Renew with its reply cut", err, leaseapi.ErrAmbiguousOutcome)
 		if st := h.State(); st != leaseapi.StateUncertain {
 			t.Errorf("after the cut renewal: state %v, want uncertain", st)
@@ -987,13 +1003,16 @@ func TestRealAcquireReplyLost(t *testing.T) {
 			t.Fatalf("warm Inspect: %v", err)
 		}
 		_ = warm.Release(ctx)
-		cut := a.proxy.CutAfterRequest()
+		// The cut picks the acquisition by its key (its owner id is drawn
+		// inside TryAcquire), not a ping of the client library.
+		cut := a.proxy.CutAfterRequestContaining([]byte(k.String()))
 		sent := time.Now()
 		// The acquisition was sent before the cut fired (the server had
 		// replied); the resolving read comes after.
 		cutAt := make(chan time.Time, 1)
 		go func() { <-cut; cutAt <- time.Now() }()
 		ha, err := a.c.TryAcquire(ctx, k, e.policy)
+		waitCut(t, cut)
 		fired := <-cutAt
 		rec, held, ierr := direct.Inspect(ctx, k)
 		if ierr != nil || !held {
@@ -1072,9 +1091,9 @@ func TestRealReleaseReplyLost(t *testing.T) {
 			_ = e.write(ha, "a")
 		}
 		pause(ctx, time.Millisecond)
-		cut := a.proxy.CutAfterRequest()
+		cut := a.proxy.CutAfterRequestContaining([]byte(ha.Owner())) // not a ping
 		err = ha.Release(ctx)
-		<-cut
+		waitCut(t, cut)
 		e.wantKind("a: Release with its reply cut", err, leaseapi.ErrAmbiguousOutcome)
 		if st := ha.State(); st != leaseapi.StateUncertain {
 			t.Errorf("a after an ambiguous release: %v, want uncertain", st)

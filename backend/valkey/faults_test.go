@@ -94,8 +94,10 @@ func TestFaultReplyLostAfterCommit(t *testing.T) {
 	ctx := t.Context()
 	k := leaseapi.MustKey("ns", "cut")
 
-	// TryAcquire: the script runs, its reply is lost.
-	done := p.CutAfterRequest()
+	// TryAcquire: the script runs, its reply is lost. Every cut picks its
+	// request by the owner id, never a ping valkey-go sends on an idle
+	// connection.
+	done := p.CutAfterRequestContaining([]byte(ownerA))
 	_, err := s.TryAcquire(ctx, k, ownerA, 5*time.Second)
 	<-done
 	wantKind(t, "TryAcquire with its reply lost", err, leaseapi.ErrAmbiguousOutcome)
@@ -111,7 +113,7 @@ func TestFaultReplyLostAfterCommit(t *testing.T) {
 	// Renew: applied, reply lost. (Reconnect first, so that the cut hits
 	// the script, not the new connection's handshake.)
 	healthy(t, s, k)
-	done = p.CutAfterRequest()
+	done = p.CutAfterRequestContaining([]byte(ownerA))
 	_, err = s.Renew(ctx, rec, 10*time.Second)
 	<-done
 	wantKind(t, "Renew with its reply lost", err, leaseapi.ErrAmbiguousOutcome)
@@ -122,7 +124,7 @@ func TestFaultReplyLostAfterCommit(t *testing.T) {
 
 	// Release: applied, reply lost; retrying it is safe (idempotent).
 	healthy(t, s, k)
-	done = p.CutAfterRequest()
+	done = p.CutAfterRequestContaining([]byte(ownerA))
 	err = s.Release(ctx, rec)
 	<-done
 	wantKind(t, "Release with its reply lost", err, leaseapi.ErrAmbiguousOutcome)
@@ -134,7 +136,7 @@ func TestFaultReplyLostAfterCommit(t *testing.T) {
 	// Validate, a read: its failure is ErrBackendUnavailable.
 	rec = acquireOK(t, direct, k)
 	healthy(t, s, k)
-	done = p.CutAfterRequest()
+	done = p.CutAfterRequestContaining([]byte(ownerA))
 	_, err = s.Validate(ctx, rec)
 	<-done
 	wantKind(t, "Validate with its reply lost", err, leaseapi.ErrBackendUnavailable)

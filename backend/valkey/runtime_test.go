@@ -86,7 +86,7 @@ func TestRuntimeReplyLost(t *testing.T) {
 	}
 	k := leaseapi.MustKey("ns", "runtime-cut")
 	healthy(t, s, k)
-	done := p.CutAfterRequest()
+	done := p.CutAfterRequestContaining([]byte(k.String())) // not a ping
 	h, err := c.TryAcquire(t.Context(), k, pol)
 	<-done
 	if err != nil {
@@ -101,7 +101,7 @@ func TestRuntimeReplyLost(t *testing.T) {
 	}
 
 	healthy(t, s, k)
-	done = p.CutAfterRequest()
+	done = p.CutAfterRequestContaining([]byte(h.Owner()))
 	err = h.Renew(t.Context())
 	<-done
 	wantKind(t, "Renew with its reply lost", err, leaseapi.ErrAmbiguousOutcome)

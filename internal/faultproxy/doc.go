@@ -17,6 +17,9 @@
 //	// the next request commits on the server; its reply is lost and the
 //	// client connection is reset
 //	<-done
+//	// the same, for the next request that carries these bytes (a lease's
+//	// owner id): a client library's pings pass
+//	done = p.CutAfterRequestContaining([]byte(owner))
 //
 // # Modes
 //

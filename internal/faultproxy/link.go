@@ -41,6 +41,11 @@ type link struct {
 	// the server ends it or reset runs.
 	detached atomic.Bool
 
+	// sent is the end of what the client sent so far: a cut's needle split
+	// across two chunks is still found. Only the client-to-server pump
+	// touches it.
+	sent tail
+
 	cutPending atomic.Bool   // a cut request went to the server on this link
 	cutDone    chan struct{} // the claimed cut's channel; written before cutPending is set
 	cutOnce    sync.Once
@@ -167,10 +172,11 @@ func (l *link) forward(dir direction, chunk []byte, dst *net.TCPConn) bool {
 	p := l.p
 	switch dir {
 	case toServer:
-		if done, ok := p.claimCut(); ok {
+		if done, ok := p.claimCut(l, chunk); ok {
 			l.cutDone = done
 			l.cutPending.Store(true)
 		}
+		l.sent.add(chunk)
 		if _, err := dst.Write(chunk); err != nil {
 			return false
 		}

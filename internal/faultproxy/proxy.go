@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,7 @@ type Proxy struct {
 	set      *setting           // current mode; replaced, never mutated
 	links    map[*link]struct{} // open connections
 	cutArmed bool               // a cut waits for the next client chunk
+	cutMatch []byte             // the armed cut's needle; nil: any chunk
 	cutDone  chan struct{}      // closed when the latest cut fired (or at Close)
 	closed   bool
 	stats    Stats // Open is len(links), filled in by Stats
@@ -190,15 +192,43 @@ func (p *Proxy) ResetAll() {
 // been reset, or it ended before the server replied, or the proxy was
 // closed. Calling it again while a cut is armed returns the same channel.
 //
-// The cut hits whichever connection sends next: with a pooled client, make
-// sure no background traffic (health checks, pings) runs meanwhile.
-func (p *Proxy) CutAfterRequest() <-chan struct{} {
+// The cut hits whichever connection sends next, whatever it sends: a
+// client library's own traffic (pgxpool pings a connection idle for more
+// than a second before handing it out, valkey-go pings an idle
+// connection every second) takes it instead of the request under test.
+// [Proxy.CutAfterRequestContaining] cuts only the request that carries
+// given bytes.
+func (p *Proxy) CutAfterRequest() <-chan struct{} { return p.arm(nil) }
+
+// MaxNeedle is the longest needle [Proxy.CutAfterRequestContaining] takes.
+const MaxNeedle = 1 << 10
+
+// CutAfterRequestContaining is [Proxy.CutAfterRequest] for the first
+// request that contains needle: the cut is claimed by the first chunk a
+// client sends in which needle ends (a needle split across two chunks of
+// one connection counts), and chunks without it pass as the mode says,
+// on any connection. So a test cuts the request that names its lease (its
+// owner id, its key) and no ping or health check of the client library in
+// between. An empty needle matches every chunk; a needle longer than
+// MaxNeedle panics (a test's mistake). Calling it while a cut is armed
+// returns that cut's channel and keeps that cut's needle.
+func (p *Proxy) CutAfterRequestContaining(needle []byte) <-chan struct{} {
+	if len(needle) > MaxNeedle {
+		panic("faultproxy: needle longer than MaxNeedle")
+	}
+	return p.arm(bytes.Clone(needle))
+}
+
+// arm arms a cut for the first client chunk that contains needle (any
+// chunk if needle is empty) and returns its channel.
+func (p *Proxy) arm(needle []byte) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.cutArmed {
 		return p.cutDone
 	}
 	p.cutArmed = true
+	p.cutMatch = needle
 	p.cutDone = make(chan struct{})
 	return p.cutDone
 }
@@ -341,15 +371,17 @@ func (p *Proxy) remove(l *link) {
 	p.mu.Unlock()
 }
 
-// claimCut takes the armed cut, if any, for l: the caller is about to
-// forward l's next client chunk.
-func (p *Proxy) claimCut() (chan struct{}, bool) {
+// claimCut takes the armed cut, if any, for l when chunk (the next client
+// chunk l forwards) matches the cut's needle; it runs on l's
+// client-to-server pump.
+func (p *Proxy) claimCut(l *link, chunk []byte) (chan struct{}, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.cutArmed {
+	if !p.cutArmed || !l.sent.endsIn(chunk, p.cutMatch) {
 		return nil, false
 	}
 	p.cutArmed = false
+	p.cutMatch = nil
 	return p.cutDone, true
 }
 

@@ -255,6 +255,73 @@ func TestCutAfterRequest(t *testing.T) {
 	roundTrip(t, c2, "fine")
 }
 
+// TestCutAfterRequestContaining: a cut with a needle lets requests
+// without it through (a client library's ping, on this connection or
+// another) and cuts the first one that carries it, also when the needle
+// arrives split across two chunks.
+func TestCutAfterRequestContaining(t *testing.T) {
+	e, p, c := setup(t)
+	other := dial(t, p.Addr())
+	done := p.CutAfterRequestContaining([]byte("owner-7"))
+	roundTrip(t, c, "PING owner-")
+	<-e.got
+	roundTrip(t, other, "PING")
+	<-e.got
+	select {
+	case <-done:
+		t.Fatal("the cut fired on a request without the needle")
+	default:
+	}
+	write(t, c, "7 RENEW") // "owner-7" straddles the two chunks
+	if got := <-e.got; got != "7 RENEW" {
+		t.Fatalf("server received %q; want the second chunk", got)
+	}
+	waitChan(t, done, "the cut")
+	if err := readFails(t, c); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("client read after the cut: %v; want ECONNRESET", err)
+	}
+	roundTrip(t, other, "still fine")
+	if s := p.Stats(); s.Cuts != 1 {
+		t.Errorf("Cuts = %d; want 1", s.Cuts)
+	}
+}
+
+func TestTailFindsNeedles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sent, chunk, needle string
+		want                bool
+	}{
+		{"", "abc", "", true},
+		{"", "xabcx", "abc", true},
+		{"xa", "bcx", "abc", true},
+		{"ab", "c", "abc", true},
+		{"abc", "x", "abc", false}, // ended before this chunk
+		{"xb", "c", "abc", false},
+		{"a", "b", "abc", false},
+	} {
+		var tl tail
+		tl.add([]byte(tc.sent))
+		if got := tl.endsIn([]byte(tc.chunk), []byte(tc.needle)); got != tc.want {
+			t.Errorf("sent %q, chunk %q, needle %q: %v; want %v", tc.sent, tc.chunk, tc.needle, got, tc.want)
+		}
+	}
+	// Only the last MaxNeedle-1 bytes are kept, however it was sent.
+	var tl tail
+	tl.add([]byte(strings.Repeat("x", 3*MaxNeedle)))
+	for range 2 * MaxNeedle {
+		tl.add([]byte("ab"))
+	}
+	if len(tl.b) != MaxNeedle-1 || !strings.HasSuffix(string(tl.b), "abab") {
+		t.Errorf("kept %d bytes ending %q; want %d ending abab", len(tl.b), tl.b[len(tl.b)-4:], MaxNeedle-1)
+	}
+	long := strings.Repeat("n", MaxNeedle)
+	tl.add([]byte(long[:MaxNeedle-1]))
+	if !tl.endsIn([]byte("n"), []byte(long)) {
+		t.Error("a MaxNeedle needle split across chunks not found")
+	}
+}
+
 func TestCutWaitsOutBlackhole(t *testing.T) {
 	_, p, c := setup(t)
 	p.Blackhole()
