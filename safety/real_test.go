@@ -265,9 +265,18 @@ func (e *realEnv) rawStore(addr string) leaseapi.Backend {
 		if addr == "" {
 			addr = e.vk.Addr()
 		}
-		c, err := vk.NewClient(vk.ClientOption{
-			InitAddress: []string{addr}, DisableCache: true,
-			ConnWriteTimeout: 300 * time.Millisecond, PipelineMultiplex: -1,
+		// valkey-go connects in NewClient, and its handshake is bounded
+		// by ConnWriteTimeout (300ms, so that a blackholed connection is
+		// noticed within a TTL): on a loaded machine a handshake through
+		// the proxy can take longer. Nothing of the scenario has happened
+		// yet, so setup tries again, for up to 10s, as acquire does.
+		var c vk.Client
+		err := eventually(10*time.Second, func() (err error) {
+			c, err = vk.NewClient(vk.ClientOption{
+				InitAddress: []string{addr}, DisableCache: true,
+				ConnWriteTimeout: 300 * time.Millisecond, PipelineMultiplex: -1,
+			})
+			return err
 		})
 		if err != nil {
 			t.Fatalf("valkey client: %v", err)
@@ -995,10 +1004,7 @@ func TestRealAcquireReplyLost(t *testing.T) {
 		ctx := context.Background()
 		// Warm the acquire, inspect and release statements or scripts on
 		// a's connection, so that the cut hits the acquisition itself.
-		warm, err := a.c.TryAcquire(ctx, leaseapi.MustKey("sc4", "warm"), e.policy)
-		if err != nil {
-			t.Fatalf("warm TryAcquire: %v", err)
-		}
+		warm := e.acquire(a, leaseapi.MustKey("sc4", "warm"))
 		if _, _, err := a.store.(leaseapi.Inspector).Inspect(ctx, k); err != nil {
 			t.Fatalf("warm Inspect: %v", err)
 		}
@@ -1081,10 +1087,7 @@ func TestRealReleaseReplyLost(t *testing.T) {
 		direct := e.openStore("").(leaseapi.Inspector)
 		ctx := context.Background()
 		// Warm the release statement or script on a's connection.
-		warm, err := a.c.TryAcquire(ctx, leaseapi.MustKey("sc5", "warm"), e.policy)
-		if err != nil {
-			t.Fatalf("warm TryAcquire: %v", err)
-		}
+		warm := e.acquire(a, leaseapi.MustKey("sc5", "warm"))
 		_ = warm.Release(ctx)
 		ha := e.acquire(a, k)
 		if e.admit(ha) {
@@ -1092,7 +1095,7 @@ func TestRealReleaseReplyLost(t *testing.T) {
 		}
 		pause(ctx, time.Millisecond)
 		cut := a.proxy.CutAfterRequestContaining([]byte(ha.Owner())) // not a ping
-		err = ha.Release(ctx)
+		err := ha.Release(ctx)
 		waitCut(t, cut)
 		e.wantKind("a: Release with its reply cut", err, leaseapi.ErrAmbiguousOutcome)
 		if st := ha.State(); st != leaseapi.StateUncertain {
@@ -1156,10 +1159,7 @@ func TestRealDeferredExecution(t *testing.T) {
 			t.Fatalf("a: warm Renew: %v", err)
 		}
 		// b warms its acquisition and inspection on another key.
-		warm, err := b.c.TryAcquire(ctx, leaseapi.MustKey("sc7", "warm"), e.policy)
-		if err != nil {
-			t.Fatalf("b: warm TryAcquire: %v", err)
-		}
+		warm := e.acquire(b, leaseapi.MustKey("sc7", "warm"))
 		_ = warm.Release(ctx)
 		if e.admit(h) {
 			_ = e.write(h, "a")
@@ -1184,7 +1184,7 @@ func TestRealDeferredExecution(t *testing.T) {
 		}
 		deadline := h.Deadline()
 		renewSent := time.Now()
-		err = heldBack(a, func() error { return h.Renew(ctx) })
+		err := heldBack(a, func() error { return h.Renew(ctx) })
 		e.wantKind("a: Renew while the server holds writes", err, leaseapi.ErrAmbiguousOutcome)
 		if st := h.State(); st != leaseapi.StateUncertain && st != leaseapi.StateExpired {
 			t.Errorf("a after the held-back renewal: %v", st)
