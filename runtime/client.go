@@ -69,8 +69,12 @@ type ClientOptions struct {
 	// OnStateChange, if set, receives every handle transition, best
 	// effort: in order, one call at a time, on a goroutine of the client
 	// (never a supervisor's), dropped and counted when 1,024 are already
-	// waiting for it. It may call the client's methods but not Close,
-	// which waits for the hook's last call to return.
+	// waiting for it. It may call the client's methods, Close included.
+	// Close waits for the hook's last call to return, except when it is
+	// called on the goroutine of a hook (this client's or another
+	// client's): then it returns once every lease has ended, and the
+	// changes still queued (those of the shutdown) are delivered after
+	// the hook returns, by its goroutine, which then exits.
 	OnStateChange func(StateChange)
 	// Tracer, if set, wraps every public operation (see [Tracer]).
 	Tracer Tracer
@@ -340,7 +344,9 @@ func (c *Client) closeDrained() {
 // (compare-and-release, best effort within ctx and each policy's
 // OperationTimeout) so that other owners can take them at once, and waits
 // until every supervisor has exited. After Close returns, no handle of this
-// client reports Active and no goroutine the client started is alive.
+// client reports Active and no goroutine the client started is alive
+// (except the one delivering to ClientOptions.OnStateChange when Close is
+// called from a hook: see there).
 //
 // Close never infers a release from shutdown. It returns nil only if every
 // release it made was confirmed (or found the lease already replaced:

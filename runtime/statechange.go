@@ -55,8 +55,8 @@ type pendingChange struct {
 // queue (dropping, and counting, when it is full) and starts a delivery
 // goroutine if none runs. That goroutine calls the hook for each queued
 // change in order, one at a time, and exits when the queue is empty, so
-// an idle client keeps no goroutine; wait blocks until it has. Safe for
-// concurrent use.
+// an idle client keeps no goroutine; wait blocks until it has, unless a
+// hook called it. Safe for concurrent use.
 type stateQueue struct {
 	hook   func(StateChange)
 	hasher *KeyHasher
@@ -128,14 +128,18 @@ func (q *stateQueue) call(sc StateChange) {
 }
 
 // wait returns once no delivery goroutine runs. Close calls it after the
-// last supervisor exited, when no more changes can be pushed.
+// last supervisor exited, when no more changes can be pushed. Called on a
+// hook's goroutine (Close from OnStateChange, see inHook), it returns at
+// once instead of waiting, possibly for itself; the delivery goroutine
+// goes on with what is queued once the hook returns, then exits.
 func (q *stateQueue) wait() {
 	q.mu.Lock()
 	idle := q.idle
 	q.mu.Unlock()
-	if idle != nil {
-		<-idle
+	if idle == nil || inHook() {
+		return
 	}
+	<-idle
 }
 
 // stateChanged is a supervisor's OnStateChange hook, called on its
