@@ -96,7 +96,11 @@
 //
 // A late statement changes nothing (no token, no expiry) and, if its
 // caller still waits, fails with leaseapi.ErrBackendUnavailable ("not
-// applied"): a definite answer, not an ambiguous one. A renewal is still
+// applied"): a definite answer, not an ambiguous one. An acquisition that
+// granted nothing is reported late when its reply came after its budget
+// (whatever refused it: not applied either way, and its caller's deadline
+// has passed), else contended; the statement of a watching Store reads
+// the same rule from the server's clock after its upsert. A renewal is still
 // judged and timed as of its statement's start (its clock reading is taken
 // before the lock wait; TestHeldBackWithinBudgetTimedFromStart), so the
 // bound only ever removes late effects.
