@@ -174,18 +174,20 @@ func validPrefix(p string) bool {
 // (the colon is escaped too, so that the text reads the same in every
 // place it appears: key names, release messages, the audit).
 func escape(s string) string {
-	if !strings.ContainsAny(s, "%{}:") {
+	if plain(s) == len(s) {
 		return s
 	}
 	return string(appendEscaped(make([]byte, 0, len(s)+8), s))
 }
 
-// appendEscaped appends escape(s) to b.
+// appendEscaped appends escape(s) to b: the bytes up to the first one that
+// needs escaping in one copy, then byte by byte. (strings.ContainsAny to
+// test for those bytes cost about 380 instructions a call, 2.3k of the
+// 25k a TryAcquire+Release costs the client; callgrind.)
 func appendEscaped(b []byte, s string) []byte {
-	if !strings.ContainsAny(s, "%{}:") {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
+	i := plain(s)
+	b = append(b, s[:i]...)
+	for ; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '%':
 			b = append(b, "%25"...)
@@ -200,6 +202,16 @@ func appendEscaped(b []byte, s string) []byte {
 		}
 	}
 	return b
+}
+
+// plain returns the length of s's longest prefix that needs no escaping.
+func plain(s string) int {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || c == '{' || c == '}' || c == ':' {
+			return i
+		}
+	}
+	return len(s)
 }
 
 // ident is the text inside a key's hash tag; it is also the payload of the
