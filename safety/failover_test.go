@@ -210,9 +210,13 @@ func failoverRun(t *testing.T) {
 		}
 
 		pauseReplica(t)
-		cut := cp.CutAfterRequest()
+		// The cut picks the acquisition by its key: a background PING of
+		// valkey-go (sent on a connection idle for a second) would take a
+		// cut armed for any request, and the acquisition would then be
+		// granted through a fresh connection.
+		cut := cp.CutAfterRequestContaining([]byte(k.String()))
 		h, err := x.TryAcquire(ctx, k, waitPolicy)
-		<-cut
+		waitCut(t, cut)
 		if h == nil {
 			if kind := leaseapi.Kind(err); kind != leaseapi.ErrAmbiguousOutcome && kind != leaseapi.ErrBackendUnavailable {
 				t.Errorf("x: TryAcquire with its reply cut: %v, want ErrAmbiguousOutcome or ErrBackendUnavailable", err)
