@@ -14,17 +14,48 @@ import (
 	"github.com/leasekit/lease/leaseapi"
 )
 
-// previousAcquire and previousRelease are the acquisition and the release
-// of the Store before the waiter mark moved from the release to the next
-// grant (commit 3d36218; the schema is the same, migration 3), verbatim: the
-// statements the old Stores of a rolling upgrade still run. %[1]s is the
-// lease table, %[2]s the not-after check on $4. The acquisition never
-// touches the mark when it takes a row over and sets it (if $5) on a
-// contended attempt; the release locks the row, clears the mark and
-// notifies if it was set, and answers 0 released, 1 already released, 2
-// stale.
+// The acquisitions and releases of older Stores, verbatim: the statements
+// the old Stores of a rolling upgrade still run. %[1]s is the lease table,
+// %[2]s the not-after check on $4.
+//
+// Before migration 3 (commit 42293f6^), no waiter mark: every release
+// notifies, no acquisition marks.
+//
+// With migration 3, before the mark moved from the release to the next
+// grant (commit 3d36218^): a contended attempt marks the key (if $5), a
+// grant never touches the mark, the release locks the row, clears the mark
+// and notifies if it was set.
+//
+// Both releases answer 0 released, 1 already released, 2 stale.
 const (
-	previousAcquire = `WITH now AS (SELECT clock_timestamp() AS t),
+	v2Acquire = `WITH now AS (SELECT clock_timestamp() AS t),
+ins AS (
+	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
+	SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
+	WHERE %[2]s
+	ON CONFLICT (key) DO UPDATE
+	SET owner = excluded.owner, token = l.token + 1, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+	WHERE (l.owner IS NULL OR l.expires_at <= excluded.acquired_at) AND %[2]s
+	RETURNING l.token, l.acquired_at, l.expires_at
+)
+SELECT ins.token, ins.acquired_at, ins.expires_at, NOT %[2]s
+FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`
+
+	v2Release = `WITH cur AS (
+	SELECT key, owner, token FROM %[1]s WHERE key = $1::text FOR UPDATE
+), r AS (
+	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at
+	FROM cur WHERE l.key = cur.key AND cur.owner = $2::text AND cur.token = $3::bigint
+	RETURNING 1
+), n AS (
+	SELECT pg_notify($4::text, $5::text) FROM r
+)
+SELECT CASE
+	WHEN (SELECT count(*) FROM n) > 0 THEN 0
+	WHEN EXISTS (SELECT 1 FROM cur WHERE cur.token = $3::bigint AND cur.owner IS NULL) THEN 1
+	ELSE 2 END`
+
+	v3Acquire = `WITH now AS (SELECT clock_timestamp() AS t),
 ins AS (
 	INSERT INTO %[1]s AS l (key, owner, token, acquired_at, expires_at)
 	SELECT $1::text, $2::text, 1, now.t, now.t + $3::bigint * interval '1 microsecond' FROM now
@@ -43,7 +74,7 @@ mark AS (
 SELECT ins.token, ins.acquired_at, ins.expires_at, NOT %[2]s
 FROM (VALUES (1)) AS one (x) LEFT JOIN ins ON true`
 
-	previousRelease = `WITH cur AS (
+	v3Release = `WITH cur AS (
 	SELECT key, owner, token, waiting FROM %[1]s WHERE key = $1::text FOR UPDATE
 ), r AS (
 	UPDATE %[1]s AS l SET owner = NULL, expires_at = l.acquired_at, waiting = false
@@ -58,41 +89,47 @@ SELECT CASE
 	WHEN EXISTS (SELECT 1 FROM cur WHERE cur.token = $3::bigint AND cur.owner IS NULL) THEN 1
 	ELSE 2 END`
 
-	previousInTime = "($4::bigint IS NULL OR clock_timestamp() <= statement_timestamp() + $4::bigint * interval '1 microsecond')"
+	oldInTime = "($4::bigint IS NULL OR clock_timestamp() <= statement_timestamp() + $4::bigint * interval '1 microsecond')"
 )
 
-// previousStore is an old Store of a rolling upgrade, reduced to what
-// changed: its acquisition (watching: a Store with a WatchRelease open on
-// the key, whose contended attempts set the mark) and its release.
-type previousStore struct {
+// oldStore is an old Store of a rolling upgrade, reduced to what changed:
+// its acquisition and its release.
+type oldStore struct {
 	pool             *pgxpool.Pool
 	acquire, release string
 	channel          string
-	watching         bool
+	// mark is the acquisition's $5 (a Store with a WatchRelease open on
+	// the key: its contended attempts set the mark); nil for a statement
+	// that has no $5.
+	mark *bool
 }
 
-func newPreviousStore(pool *pgxpool.Pool, s *postgres.Store, watching bool) *previousStore {
+func newOldStore(pool *pgxpool.Pool, s *postgres.Store, acquire, release string, mark *bool) *oldStore {
 	tbl := pgx.Identifier{postgres.SchemaOf(s), postgres.DefaultTable}.Sanitize()
 	_, _, channel := s.Statements()
-	return &previousStore{
-		pool:     pool,
-		acquire:  fmt.Sprintf(previousAcquire, tbl, previousInTime),
-		release:  fmt.Sprintf(previousRelease, tbl),
-		channel:  channel,
-		watching: watching,
+	return &oldStore{
+		pool:    pool,
+		acquire: fmt.Sprintf(acquire, tbl, oldInTime),
+		release: fmt.Sprintf(release, tbl),
+		channel: channel,
+		mark:    mark,
 	}
 }
 
-func (p *previousStore) TryAcquire(t *testing.T, k leaseapi.Key, owner string) (leaseapi.Record, error) {
+func (p *oldStore) TryAcquire(t *testing.T, k leaseapi.Key, owner string) (leaseapi.Record, error) {
 	t.Helper()
 	var tok *int64
 	var acq, exp *time.Time
 	var late bool
-	if err := p.pool.QueryRow(t.Context(), p.acquire, k.String(), owner, time.Minute.Microseconds(), nil, p.watching).Scan(&tok, &acq, &exp, &late); err != nil {
-		t.Fatalf("previous acquire: %v", err)
+	args := []any{k.String(), owner, time.Minute.Microseconds(), nil}
+	if p.mark != nil {
+		args = append(args, *p.mark)
+	}
+	if err := p.pool.QueryRow(t.Context(), p.acquire, args...).Scan(&tok, &acq, &exp, &late); err != nil {
+		t.Fatalf("old acquire: %v", err)
 	}
 	if late {
-		t.Fatal("previous acquire: late without a bound")
+		t.Fatal("old acquire: late without a bound")
 	}
 	if tok == nil {
 		return leaseapi.Record{}, leaseapi.NewError("acquire", leaseapi.ErrContended, "")
@@ -100,11 +137,11 @@ func (p *previousStore) TryAcquire(t *testing.T, k leaseapi.Key, owner string) (
 	return leaseapi.Record{Key: k, Owner: owner, Token: leaseapi.Token(*tok), AcquiredAt: *acq, ExpiresAt: *exp}, nil
 }
 
-func (p *previousStore) Release(t *testing.T, rec leaseapi.Record) error {
+func (p *oldStore) Release(t *testing.T, rec leaseapi.Record) error {
 	t.Helper()
 	var outcome int32
 	if err := p.pool.QueryRow(t.Context(), p.release, rec.Key.String(), rec.Owner, int64(rec.Token), p.channel, postgres.KeyHash(rec.Key)).Scan(&outcome); err != nil {
-		t.Fatalf("previous release: %v", err)
+		t.Fatalf("old release: %v", err)
 	}
 	if outcome == 2 {
 		return leaseapi.NewError("release", leaseapi.ErrStaleOwner, "")
@@ -112,7 +149,7 @@ func (p *previousStore) Release(t *testing.T, rec leaseapi.Record) error {
 	return nil
 }
 
-// upgradeStore is one Store of either version, as the upgrade test drives it.
+// upgradeStore is one Store of any version, as the upgrade test drives it.
 type upgradeStore struct {
 	name     string
 	watching bool // its contended attempts set the waiter mark
@@ -121,13 +158,15 @@ type upgradeStore struct {
 }
 
 // TestRollingUpgradeSharesTable backs the CHANGELOG's claim that old and
-// new Stores can share a table during a rolling upgrade. Four Stores share
-// one table and one key: the current Store and the previous one (its
-// acquisition and release, verbatim), each once with a release watch open
-// (its contended attempts set the waiter mark) and once without. A seeded
-// random sequence of grants, contended attempts, releases (by either
-// version, of either version's grant), stale releases and expiries (set on
-// the server) checks after every step:
+// new Stores can share a table during a rolling upgrade. Five Stores share
+// one table and one key: the current Store and the one of migration 3
+// before the mark moved to the next grant (v3: its acquisition and
+// release, verbatim), each once with a release watch open (its contended
+// attempts set the waiter mark) and once without, and the Store of before
+// migration 3 (v2: nothing marks, every release notifies). A seeded random
+// sequence of grants, contended attempts, releases (by any version, of
+// any version's grant), stale releases and expiries (set on the server)
+// checks after every step:
 //
 //   - fencing: a grant is refused (ErrContended) while another is live and
 //     otherwise carries the previous token + 1, whoever made either; a
@@ -159,18 +198,41 @@ func TestRollingUpgradeSharesTable(t *testing.T) {
 			release: func(rec leaseapi.Record) error { return s.Release(ctx, rec) },
 		}
 	}
-	previous := func(name string, watching bool) upgradeStore {
-		p := newPreviousStore(pool, cur, watching)
-		return upgradeStore{name: name, watching: watching,
+	old := func(name, acquire, release string, mark *bool) upgradeStore {
+		p := newOldStore(pool, cur, acquire, release, mark)
+		return upgradeStore{name: name, watching: mark != nil && *mark,
 			acquire: func(k leaseapi.Key, owner string) (leaseapi.Record, error) { return p.TryAcquire(t, k, owner) },
 			release: func(rec leaseapi.Record) error { return p.Release(t, rec) },
 		}
 	}
+	yes, no := true, false
 	stores := []upgradeStore{
 		current("current", cur, false),
 		current("current watching", curWatching, true),
-		previous("previous", false),
-		previous("previous watching", true),
+		old("v3", v3Acquire, v3Release, &no),
+		old("v3 watching", v3Acquire, v3Release, &yes),
+		// Before migration 3 nothing marks, watching or not.
+		old("v2", v2Acquire, v2Release, nil),
+	}
+
+	// What the CHANGELOG tells upgraders from before migration 3: their
+	// old Stores' waiters mark nothing, so a new Store's release does not
+	// wake them (they wait out their retry interval).
+	{
+		k := leaseapi.MustKey("upgrade", "v2-waiter")
+		rec, err := stores[0].acquire(k, "holder")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stores[4].acquire(k, "v2-waiter"); !errors.Is(err, leaseapi.ErrContended) {
+			t.Fatalf("v2 contended attempt: %v", err)
+		}
+		if err := stores[0].release(rec); err != nil {
+			t.Fatal(err)
+		}
+		if got := probe.next(t); len(got) != 0 {
+			t.Fatalf("a new Store's release after a v2 waiter's attempt notified %q", got)
+		}
 	}
 
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
@@ -240,7 +302,7 @@ func TestRollingUpgradeSharesTable(t *testing.T) {
 				live, last, released = &rec, rec, false
 				kinds["grant "+s.name]++
 				notified(step, false)
-			case 1: // the holder's release, through either version
+			case 1: // the holder's release, through any version
 				step = fmt.Sprintf("step %d: %s releases token %d", i, s.name, live.Token)
 				if err := s.release(*live); err != nil {
 					t.Fatalf("seed %d, %s: %v", seed, step, err)
