@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,12 +149,12 @@ func TestConfigurationErrors(t *testing.T) {
 	wantConfig(t, "renew after REVOKE UPDATE", err, "configuration: permission denied", "42501", secrets...)
 }
 
-// TestSchemaOutOfDate: a lease table without the latest migration (here
-// version 3's waiter mark, as a schema migrated by an older release has)
-// is reported before any operation, with the fix; Migrate brings it up and
-// the Store then works.
-func TestSchemaOutOfDate(t *testing.T) {
-	t.Parallel()
+// olderSchema migrates a fresh schema, undoes version v on its lease
+// table by hand (ALTER TABLE ... alter) and forgets v in the version table,
+// as a schema migrated by a release before v is; it returns a pool, the
+// options and a Store on them.
+func olderSchema(t *testing.T, v int, alter string) (*pgxpool.Pool, postgres.Options, *postgres.Store) {
+	t.Helper()
 	url := dbURL(t)
 	pool := newPool(t, url)
 	opts := postgres.Options{Schema: randomSchema(t, url)}
@@ -161,16 +162,31 @@ func TestSchemaOutOfDate(t *testing.T) {
 	if err := postgres.Migrate(ctx, pool, opts); err != nil {
 		t.Fatal(err)
 	}
+	if tokenCheck(t, pool, opts) {
+		t.Fatal("Migrate left the token CHECK constraint")
+	}
 	tbl := pgx.Identifier{opts.Schema, postgres.DefaultTable}.Sanitize()
-	if _, err := pool.Exec(ctx, "ALTER TABLE "+tbl+" DROP COLUMN waiting; DELETE FROM "+pgx.Identifier{opts.Schema, "lease_migrations"}.Sanitize()+" WHERE version = 3"); err != nil {
+	vt := pgx.Identifier{opts.Schema, "lease_migrations"}.Sanitize()
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+tbl+" "+alter+"; DELETE FROM "+vt+" WHERE version = "+fmt.Sprint(v)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := postgres.New(pool, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, opts, s
+}
+
+// TestSchemaOutOfDate: a lease table without the latest migration (here
+// version 3's waiter mark, as a schema migrated by an older release has)
+// is reported before any operation, with the fix; Migrate brings it up and
+// the Store then works.
+func TestSchemaOutOfDate(t *testing.T) {
+	t.Parallel()
+	pool, opts, s := olderSchema(t, 3, "DROP COLUMN waiting")
+	ctx := t.Context()
 	k := leaseapi.MustKey("old", "k")
-	_, _, err = s.Inspect(ctx, k) // a read that would not need the column
+	_, _, err := s.Inspect(ctx, k) // a read that would not need the column
 	wantConfig(t, "Inspect on an old schema", err, "configuration: schema out of date: run postgres.Migrate", "42703", opts.Schema)
 	if err := postgres.Migrate(ctx, pool, opts); err != nil {
 		t.Fatal(err)
@@ -185,24 +201,8 @@ func TestSchemaOutOfDate(t *testing.T) {
 // when Migrate applies version 4, and keeps its rows and tokens.
 func TestMigrateDropsTokenCheck(t *testing.T) {
 	t.Parallel()
-	url := dbURL(t)
-	pool := newPool(t, url)
-	opts := postgres.Options{Schema: randomSchema(t, url)}
+	pool, opts, s := olderSchema(t, 4, "ADD CHECK (token > 0)")
 	ctx := t.Context()
-	if err := postgres.Migrate(ctx, pool, opts); err != nil {
-		t.Fatal(err)
-	}
-	if tokenCheck(t, pool, opts) {
-		t.Fatal("Migrate left the token CHECK constraint")
-	}
-	tbl := pgx.Identifier{opts.Schema, postgres.DefaultTable}.Sanitize()
-	if _, err := pool.Exec(ctx, "ALTER TABLE "+tbl+" ADD CHECK (token > 0); DELETE FROM "+pgx.Identifier{opts.Schema, "lease_migrations"}.Sanitize()+" WHERE version = 4"); err != nil {
-		t.Fatal(err)
-	}
-	s, err := postgres.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	k := leaseapi.MustKey("old", "check")
 	rec, err := s.TryAcquire(ctx, k, "owner", time.Minute) // version 3 works as it is
 	if err != nil {

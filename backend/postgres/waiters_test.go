@@ -60,6 +60,48 @@ func (p *probe) next(t *testing.T) []string {
 	}
 }
 
+// twoClients migrates a fresh schema and returns a pool, a holder's Store
+// and another client's on its tables, their options, and a probe of their
+// release channel.
+func twoClients(t *testing.T) (*pgxpool.Pool, *postgres.Store, *postgres.Store, postgres.Options, *probe) {
+	t.Helper()
+	url := dbURL(t)
+	pool := newPool(t, url)
+	holder, opts := newStore(t, url, pool)
+	other, err := postgres.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	return pool, holder, other, opts, newProbe(t, url, pool, holder)
+}
+
+// holdMarked makes holder acquire k and waiter, which watches k until the
+// test ends, make one contended attempt (that sets the waiter mark); it
+// returns the holder's grant.
+func holdMarked(t *testing.T, holder, waiter *postgres.Store, k leaseapi.Key) leaseapi.Record {
+	t.Helper()
+	_, stop := waiter.WatchRelease(k)
+	t.Cleanup(stop)
+	rec, err := holder.TryAcquire(t.Context(), k, "holder", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.TryAcquire(t.Context(), k, "waiter", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
+		t.Fatalf("contended attempt: got %v, want ErrContended", err)
+	}
+	return rec
+}
+
+// expect fails t unless exactly n notifications were committed since the
+// probe's last read (see next).
+func (p *probe) expect(t *testing.T, what string, n int) {
+	t.Helper()
+	if got := p.next(t); len(got) != n {
+		t.Fatalf("%s: notifications %q, want %d", what, got, n)
+	}
+}
+
 // waiting reads k's waiter mark.
 func waiting(t *testing.T, pool *pgxpool.Pool, s *postgres.Store, k leaseapi.Key) bool {
 	t.Helper()
@@ -79,15 +121,7 @@ func waiting(t *testing.T, pool *pgxpool.Pool, s *postgres.Store, k leaseapi.Key
 // next grant of the released row clears it.
 func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	t.Parallel()
-	url := dbURL(t)
-	pool := newPool(t, url)
-	holder, opts := newStore(t, url, pool)
-	waiter, err := postgres.New(pool, opts) // another client of the same tables
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = waiter.Close() })
-	p := newProbe(t, url, pool, holder)
+	pool, holder, waiter, _, p := twoClients(t)
 	ctx := t.Context()
 	k := leaseapi.MustKey("waiters", "k")
 	payload := postgres.KeyHash(k)
@@ -232,9 +266,7 @@ func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 	if err := s.Release(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.next(t); len(got) != 1 {
-		t.Fatalf("release after a grant after expiry: notifications %q, want 1", got)
-	}
+	p.expect(t, "release after a grant after expiry", 1)
 	rec, err = s.TryAcquire(ctx, k, "next", time.Minute)
 	if err != nil {
 		t.Fatalf("grant after the release: %v", err)
@@ -245,9 +277,7 @@ func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 	if err := s.Release(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.next(t); len(got) != 0 {
-		t.Fatalf("release after the mark was cleared: notifications %q, want none", got)
-	}
+	p.expect(t, "release after the mark was cleared", 0)
 }
 
 // TestMarkedContenderTakesNoRowLock: once a watching contender's attempt
@@ -257,33 +287,17 @@ func TestWaiterMarkSurvivesGrantAfterExpiry(t *testing.T) {
 // block until its deadline). The release still notifies.
 func TestMarkedContenderTakesNoRowLock(t *testing.T) {
 	t.Parallel()
-	url := dbURL(t)
-	pool := newPool(t, url)
-	holder, opts := newStore(t, url, pool)
-	waiter, err := postgres.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = waiter.Close() })
-	p := newProbe(t, url, pool, holder)
+	pool, holder, waiter, _, p := twoClients(t)
 	ctx := t.Context()
 	k := leaseapi.MustKey("waiters", "nolock")
-	_, stop := waiter.WatchRelease(k)
-	defer stop()
-	rec, err := holder.TryAcquire(ctx, k, "holder", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := waiter.TryAcquire(ctx, k, "waiter", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
-		t.Fatalf("first contended attempt: got %v, want ErrContended", err)
-	}
+	rec := holdMarked(t, holder, waiter, k)
 	if !waiting(t, pool, holder, k) {
 		t.Fatal("the watching contender's attempt did not set the waiter mark")
 	}
 	tbl := pgx.Identifier{postgres.SchemaOf(holder), postgres.DefaultTable}.Sanitize()
 	l := lockIn(t, pool, "SELECT 1 FROM "+tbl+" WHERE key = $1 FOR UPDATE", k.String())
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = waiter.TryAcquire(actx, k, "waiter", time.Minute)
+	_, err := waiter.TryAcquire(actx, k, "waiter", time.Minute)
 	cancel()
 	if !errors.Is(err, leaseapi.ErrContended) {
 		t.Fatalf("attempt on a marked live grant while its row is locked: got %v, want ErrContended at once", err)
@@ -292,9 +306,7 @@ func TestMarkedContenderTakesNoRowLock(t *testing.T) {
 	if err := holder.Release(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.next(t); len(got) != 1 {
-		t.Fatalf("release after the lock-free attempt: notifications %q, want 1", got)
-	}
+	p.expect(t, "release after the lock-free attempt", 1)
 }
 
 // TestHandoffLoserMarksWinnersGrant: the watching waiters woken by one
@@ -306,32 +318,14 @@ func TestMarkedContenderTakesNoRowLock(t *testing.T) {
 // commits once the loser's statement waits for its lock.
 func TestHandoffLoserMarksWinnersGrant(t *testing.T) {
 	t.Parallel()
-	url := dbURL(t)
-	pool := newPool(t, url)
-	holder, opts := newStore(t, url, pool)
-	loser, err := postgres.New(newPool(t, url), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = loser.Close() })
-	p := newProbe(t, url, pool, holder)
+	pool, holder, loser, opts, p := twoClients(t)
 	ctx := t.Context()
 	k := leaseapi.MustKey("waiters", "handoff")
-	_, stop := loser.WatchRelease(k)
-	defer stop()
-	rec, err := holder.TryAcquire(ctx, k, "holder", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loser.TryAcquire(ctx, k, "loser", time.Minute); !errors.Is(err, leaseapi.ErrContended) {
-		t.Fatalf("contended attempt: got %v, want ErrContended", err)
-	}
+	rec := holdMarked(t, holder, loser, k)
 	if err := holder.Release(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.next(t); len(got) != 1 {
-		t.Fatalf("release with a waiter: notifications %q, want 1", got)
-	}
+	p.expect(t, "release with a waiter", 1)
 
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -367,7 +361,5 @@ RETURNING token, acquired_at, expires_at, pg_backend_pid()`, k.String()).Scan(&w
 	if err := holder.Release(ctx, winner); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.next(t); len(got) != 1 {
-		t.Fatalf("the winner's release: notifications %q, want 1", got)
-	}
+	p.expect(t, "the winner's release", 1)
 }
