@@ -77,12 +77,15 @@ func CheckRenew(ctx context.Context, op string, rec Record, ttl time.Duration) e
 // [BatchRenewer.RenewBatch] does per element after one [CheckContext]: the
 // record's key and owner and the TTL ([Key.Check], [CheckOwner],
 // [CheckTTL]), then [Record.Check], the first failure wrapped with op
-// ([ErrInvalidState]).
+// ([ErrInvalidState]). The key and owner, checked already, are not checked
+// again: of Record.Check only the token is left (CheckOwner, which ran
+// twice per renewal, took 2% of the client's CPU samples under managed
+// renewal of 10,000 leases on Valkey, pprof).
 func CheckRenewRequest(op string, r RenewRequest) error {
 	if err := checkGrant(r.Record.Key, r.Record.Owner, r.TTL); err != nil {
 		return Wrap(err, op)
 	}
-	return Wrap(r.Record.Check(), op)
+	return Wrap(checkToken(r.Record.Token), op)
 }
 
 // CheckRenewBatch is the check of [BatchRenewer.RenewBatch]. It returns

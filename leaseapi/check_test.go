@@ -64,6 +64,7 @@ func TestCheckHelpers(t *testing.T) {
 		{"renew request ok", nil, renewReq(good, ttl), "", nil},
 		{"renew request zero key", nil, renewReq(leaseapi.Record{}, ttl), "lease: op: invalid state or input: zero key", leaseapi.ErrInvalidState},
 		{"renew request bad ttl", nil, renewReq(good, time.Microsecond), "lease: op: invalid state or input: ttl out of range", leaseapi.ErrInvalidState},
+		{"renew request bad owner", nil, renewReq(leaseapi.Record{Key: key, Owner: "o\n", Token: 1}, ttl), "lease: op: invalid state or input: invalid owner id", leaseapi.ErrInvalidState},
 		{"renew request zero token", nil, renewReq(leaseapi.Record{Key: key, Owner: "o"}, ttl), "lease: op: invalid state or input: zero token", leaseapi.ErrInvalidState},
 		{"record ok", live, record(good), "", nil},
 		{"record nil ctx", nil, record(good), "lease: op: invalid state or input: nil context", leaseapi.ErrInvalidState},

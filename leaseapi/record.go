@@ -47,7 +47,12 @@ func (r *Record) check() error {
 	if err := CheckOwner(r.Owner); err != nil {
 		return err
 	}
-	if r.Token == 0 {
+	return checkToken(r.Token)
+}
+
+// checkToken refuses the zero token, which names no grant.
+func checkToken(t Token) error {
+	if t == 0 {
 		return invalid("record", "zero token")
 	}
 	return nil
