@@ -186,8 +186,18 @@ func refuse(ctx context.Context, done <-chan struct{}) error {
 // send is the three-way select on {send, ctx, done}, then the wait. free
 // reports that the actor is done with c's exchange: nothing was sent, or
 // the reply was received.
+//
+// A mailbox with room takes c at once (a non-blocking send, much cheaper
+// than the select); the select is for a full one. Either way a send that
+// races ctx's end or the actor's exit may land in the buffer, as the
+// select alone allows: the wait then answers it.
 func send[Q, R any](ctx context.Context, m *Mailbox[Call[Q, R]], done <-chan struct{}, c Call[Q, R]) (_ R, free bool, _ error) {
 	var zero R
+	select {
+	case m.ch <- c:
+		return c.wait(ctx, done)
+	default:
+	}
 	select {
 	case m.ch <- c:
 	case <-ctx.Done():

@@ -425,3 +425,65 @@ func TestRequestViaWithdrawnSlotIsNotReused(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestWaitsForRoom: a request to a full mailbox waits (the slow
+// path: the select) and is delivered, and answered, once the actor takes
+// the message ahead of it.
+func TestRequestWaitsForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := New[Call[int, int]](1)
+		_ = m.TrySend(NewCall[int, int](0)) // fill it
+		done := make(chan struct{})
+		type result struct {
+			r   int
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			r, err := Request(t.Context(), m, done, 21)
+			res <- result{r, err}
+		}()
+		synctest.Wait() // the request waits for room
+		if first := <-m.Receive(); first.Req != 0 {
+			t.Fatalf("first message: got %d, want the one that filled the mailbox", first.Req)
+		}
+		c := <-m.Receive()
+		if !c.Take() {
+			t.Fatal("Take of the waiting request: got false, want true")
+		}
+		c.Reply(c.Req * 2)
+		if got := <-res; got.err != nil || got.r != 42 {
+			t.Fatalf("Request: got (%d, %v), want (42, nil)", got.r, got.err)
+		}
+		close(done)
+	})
+}
+
+// BenchmarkRequestVia is one request and reply through a Slot to an actor
+// that is waiting for it (the mailbox has room: the send takes the
+// non-blocking path).
+func BenchmarkRequestVia(b *testing.B) {
+	m := New[Call[int, int]](2)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case c := <-m.Receive():
+				if c.Take() {
+					c.Reply(c.Req)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	defer close(done)
+	var s Slot[int]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := RequestVia(ctx, m, done, &s, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
