@@ -27,8 +27,8 @@ const mutantScenarios = "^TestSim"
 // failures below come from the mutants, not from the tag) and then once
 // per name in mutant.All with LEASE_MUTANT set and LEASE_SAFETY_SEEDS=30;
 // each run must fail in at least one scenario. It does the same with the
-// postgres package's fence tests (real server) and mutant.Postgres, which
-// the simulation cannot see. The tests that caught each mutant are logged.
+// postgres package's fence and flush tests (real server) and
+// mutant.Postgres, which the simulation cannot see. The tests that caught each mutant are logged.
 func TestMutantsAreCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package and runs the simulation tier once per mutant")
@@ -43,7 +43,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		{name: "the simulation tier", pkg: ".", run: mutantScenarios, mutants: mutant.All},
 		// The postgres package starts its own server (or uses
 		// LEASE_TEST_POSTGRES_URL), as in every run of its tests.
-		{name: "the postgres fence tests", pkg: "../backend/postgres", run: "^TestFence", mutants: mutant.Postgres},
+		{name: "the postgres fence and flush tests", pkg: "../backend/postgres", run: "^(TestFence|TestOnlyGrantsWaitForTheFlush)", mutants: mutant.Postgres},
 	} {
 		suite.check(ctx, t)
 	}

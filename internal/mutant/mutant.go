@@ -35,10 +35,16 @@ const (
 	// simulation tier cannot see it: the postgres package's own
 	// real-server tests must.
 	PostgresNow = "pg-now"
+	// PostgresAsyncGrant makes every acquisition of the PostgreSQL store
+	// commit with synchronous_commit off, grants included, as moving the
+	// setting out of its not-granted branch would: a grant is then
+	// acknowledged before its WAL is flushed, and a crash can hand its
+	// token out again.
+	PostgresAsyncGrant = "pg-async-grant"
 )
 
 // All lists the mutants the simulation tier must catch, for test drivers.
 var All = []string{DeadlineFromReply, AdoptAtResolveTime, UncertainAdmits, RenewWithoutOwnerCheck, NoFence, NoWatermark}
 
 // Postgres lists the mutants the postgres package's tests must catch.
-var Postgres = []string{PostgresNow}
+var Postgres = []string{PostgresNow, PostgresAsyncGrant}
