@@ -363,10 +363,14 @@ func TestSubscriptionHasItsOwnConnection(t *testing.T) {
 	addr := serverAddr(t)
 	name := uniquePrefix()
 	c := newClientOpt(t, vk.ClientOption{InitAddress: []string{addr}, ClientName: name})
-	s := newStore(t, c, valkey.Options{})
-	warmWatch(t, s, s)
-	// warmWatch's last release went through s: a script, on the shared
-	// connection, after the subscription was confirmed.
+	prefix := uniquePrefix()
+	s := newStore(t, c, valkey.Options{Prefix: prefix})
+	// The release goes through another client: a Store's own release wakes
+	// its watches locally, before its subscription need exist, so only a
+	// wake that travelled through the server shows the subscription live.
+	// s's last command is then warmWatch's contended attempt: a script, on
+	// the shared connection.
+	warmWatch(t, s, newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix}))
 	admin := newClient(t, addr)
 	list, err := admin.Do(t.Context(), admin.B().ClientList().Build()).ToString()
 	if err != nil {
