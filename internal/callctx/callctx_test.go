@@ -8,28 +8,42 @@ import (
 	"time"
 )
 
-// TestSharedDeadlineBound: a shared context ends no later than the call's
-// own bound, and less than one slot (at most 1/64 of the bound) earlier.
-func TestSharedDeadlineBound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ds := NewShared(context.Background())
-		for _, d := range []time.Duration{Min, 100 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
-			for _, skew := range []time.Duration{0, 1, 999 * time.Microsecond, 3 * time.Millisecond, 17 * time.Millisecond} {
-				time.Sleep(skew) // a send instant anywhere in a slot
-				sentAt := time.Now()
-				dl, ok := ds.Context(sentAt, d).Deadline()
-				if !ok {
-					t.Fatalf("d=%v: shared context has no deadline", d)
+// TestDeadlineBound: a shared context ends no later than the call's own
+// bound, and less than one slot (at most 1/64 of the bound) earlier; a
+// NewCeil context no earlier, and less than one slot later.
+func TestDeadlineBound(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(context.Context) *Shared
+		sign time.Duration // -1: may end early (NewShared), +1: late (NewCeil)
+		side string
+	}{
+		{"shared", NewShared, -1, "early"},
+		{"ceil", NewCeil, +1, "late"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ds := tc.new(context.Background())
+				for _, d := range []time.Duration{Min, 100 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
+					for _, skew := range []time.Duration{0, 1, 999 * time.Microsecond, 3 * time.Millisecond, 17 * time.Millisecond} {
+						time.Sleep(skew) // a send instant anywhere in a slot
+						sentAt := time.Now()
+						dl, ok := ds.Context(sentAt, d).Deadline()
+						if !ok {
+							t.Fatalf("d=%v: shared context has no deadline", d)
+						}
+						bound, q := sentAt.Add(d), slotOf(d)
+						// off is how far the deadline is on the side the
+						// slots may move it to: never negative, under q.
+						off := tc.sign * dl.Sub(bound)
+						if q > d/64 || off < 0 || off >= q {
+							t.Fatalf("d=%v: deadline %v is %v from the bound %v, want within [0, %v) on the %s side", d, dl, dl.Sub(bound), bound, q, tc.side)
+						}
+					}
 				}
-				if dl.After(sentAt.Add(d)) {
-					t.Fatalf("d=%v: deadline %v after the bound %v", d, dl, sentAt.Add(d))
-				}
-				if q := slotOf(d); q > d/64 || !dl.After(sentAt.Add(d-q)) {
-					t.Fatalf("d=%v: deadline %v more than a slot (%v) before the bound %v", d, dl, q, sentAt.Add(d))
-				}
-			}
-		}
-	})
+			})
+		})
+	}
 }
 
 // TestSharedDeadlineShared: calls whose bounds end in one slot share one
@@ -83,30 +97,6 @@ func TestSharedDeadlineEnds(t *testing.T) {
 		}
 		if !errors.Is(ctx.Err(), context.Canceled) {
 			t.Fatalf("parent ended: got %v, want Canceled", ctx.Err())
-		}
-	})
-}
-
-// TestCeilDeadlineBound: a NewCeil context ends no earlier than the call's
-// own bound, and less than one slot (at most 1/64 of the bound) later.
-func TestCeilDeadlineBound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ds := NewCeil(context.Background())
-		for _, d := range []time.Duration{Min, 100 * time.Millisecond, 2 * time.Second, 10 * time.Second, time.Minute} {
-			for _, skew := range []time.Duration{0, 1, 999 * time.Microsecond, 3 * time.Millisecond, 17 * time.Millisecond} {
-				time.Sleep(skew) // a send instant anywhere in a slot
-				sentAt := time.Now()
-				dl, ok := ds.Context(sentAt, d).Deadline()
-				if !ok {
-					t.Fatalf("d=%v: shared context has no deadline", d)
-				}
-				if dl.Before(sentAt.Add(d)) {
-					t.Fatalf("d=%v: deadline %v before the bound %v", d, dl, sentAt.Add(d))
-				}
-				if q := slotOf(d); q > d/64 || !dl.Before(sentAt.Add(d+q)) {
-					t.Fatalf("d=%v: deadline %v a slot (%v) or more after the bound %v", d, dl, q, sentAt.Add(d))
-				}
-			}
 		}
 	})
 }
