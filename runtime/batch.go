@@ -8,6 +8,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasekit/lease/internal/callctx"
 	"github.com/leasekit/lease/leaseapi"
 )
 
@@ -41,6 +42,16 @@ const senders = 4
 // (Close), answering what is still queued, and Close waits for them.
 // Safe for concurrent use.
 //
+// A batch runs under a context of its own: the client's life bounded by
+// the earliest deadline of its elements, taken as a value when each was
+// queued. No caller's context is part of it, so a caller that stops
+// waiting (its ctx canceled, or ended before its deadline) changes nothing
+// for the others: it is answered at once — nothing was sent if it was
+// still queued, the outcome is unknown if its batch was formed — and the
+// batch goes on. On the wall clock that context is one shared by the
+// batches whose bounds end in the same short slot (internal/callctx, as
+// the supervisors' calls), so a batch makes no context of its own.
+//
 // The senders are goroutines of their own rather than the renewing
 // goroutines taking turns (the first renewal to find a free slot sending
 // the batch, and handing the next one to a queued renewal's goroutine):
@@ -51,6 +62,9 @@ type batcher struct {
 	br   leaseapi.BatchRenewer
 	clk  clock.Clock
 	life context.Context
+	// shared bounds the batches on the wall clock (internal/callctx);
+	// nil on any other clock, where each batch gets a context of its own.
+	shared *callctx.Shared
 
 	mu sync.Mutex
 	// queue[head:] are the renewals waiting for a batch, in arrival
@@ -82,29 +96,31 @@ const (
 type renewReq struct {
 	rec      leaseapi.Record
 	ttl      time.Duration
-	ctx      context.Context // the caller's; bounds the batch if its deadline is the earliest
-	deadline time.Time       // ctx's deadline; the batch uses the earliest
-	state    reqState        // under batcher.mu
+	deadline time.Time // the caller's ctx's deadline; the batch is bounded by the earliest
+	state    reqState  // under batcher.mu
 	// reply receives exactly one result once r is taken; buffer 1 so a
 	// caller that gave up never stalls a sender.
 	reply chan leaseapi.RenewResult
 }
 
-func newBatcher(br leaseapi.BatchRenewer, clk clock.Clock, life context.Context) *batcher {
-	return &batcher{br: br, clk: clk, life: life, wake: make(chan struct{}, 1)}
+// newBatcher returns the batcher of a client whose life is life; wall
+// says clk is the wall clock.
+func newBatcher(br leaseapi.BatchRenewer, clk clock.Clock, wall bool, life context.Context) *batcher {
+	b := &batcher{br: br, clk: clk, life: life, wake: make(chan struct{}, 1)}
+	if wall {
+		b.shared = callctx.NewShared(life)
+	}
+	return b
 }
 
 // Renew implements the supervisor's Renewer. ctx bounds the wait for the
-// batch (it carries the supervisor's OperationTimeout and trust bound). A
-// ctx already done sends nothing, nor does a renewal whose ctx ends while
-// it is queued (it is withdrawn: ErrTimeout, or ErrInvalidState once the
-// client closes); a ctx that ends once its batch is formed makes the
-// outcome ambiguous, unless the result has come.
-//
-// ctx must end when the client's life does, as the supervisors' contexts
-// do (Config.Life is the client's life): a batch runs under the context
-// of its element with the earliest deadline, so that it makes no context
-// of its own.
+// batch (it carries the supervisor's OperationTimeout and trust bound),
+// and its deadline, as a value, bounds the batch. A ctx already done
+// sends nothing, nor does a renewal whose ctx ends while it is queued (it
+// is withdrawn: ErrTimeout or ErrCanceled as ctx ended, or
+// ErrInvalidState once the client closes); a ctx that ends once its batch
+// is formed makes the outcome ambiguous for this renewal only, unless the
+// result has come: the batch, and every other element of it, goes on.
 func (b *batcher) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "renew"
 	if err := ctx.Err(); err != nil {
@@ -124,7 +140,7 @@ func (b *batcher) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Durat
 	if r == nil {
 		r = &renewReq{reply: make(chan leaseapi.RenewResult, 1)}
 	}
-	r.rec, r.ttl, r.ctx, r.deadline, r.state = rec, ttl, ctx, deadline, reqQueued
+	r.rec, r.ttl, r.deadline, r.state = rec, ttl, deadline, reqQueued
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -142,7 +158,7 @@ func (b *batcher) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Durat
 		b.put(r)
 		return res.Record, res.Err
 	case <-ctx.Done():
-		res := b.abandon(r)
+		res := b.abandon(r, ctx.Err())
 		return res.Record, res.Err
 	}
 }
@@ -150,7 +166,7 @@ func (b *batcher) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Durat
 var (
 	errBatcherClosed = leaseapi.NewError("renew", leaseapi.ErrInvalidState, "client closed")
 	errNotSent       = leaseapi.NewError("renew", leaseapi.ErrTimeout, "bound ended before the batch was sent")
-	errBatchTimedOut = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "batched renewal timed out")
+	errBatchTimedOut = leaseapi.NewError("renew", leaseapi.ErrAmbiguousOutcome, "batched renewal sent, outcome unknown: its caller stopped waiting")
 )
 
 // signal wakes a sender, unless a token is there already.
@@ -161,10 +177,11 @@ func (b *batcher) signal() {
 	}
 }
 
-// abandon is Renew's answer when ctx ended before r's result came: the
-// result if it has come meanwhile, a definite error if r was still
-// queued (it is withdrawn: never sent), else ErrAmbiguousOutcome.
-func (b *batcher) abandon(r *renewReq) leaseapi.RenewResult {
+// abandon is Renew's answer when its ctx ended (with cause) before r's
+// result came: the result if it has come meanwhile, a definite error if r
+// was still queued (it is withdrawn: never sent), else
+// ErrAmbiguousOutcome. The batch r is in, if any, is not touched.
+func (b *batcher) abandon(r *renewReq, cause error) leaseapi.RenewResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r.state == reqTaken {
@@ -187,12 +204,12 @@ func (b *batcher) abandon(r *renewReq) leaseapi.RenewResult {
 	if b.closed || b.life.Err() != nil {
 		return leaseapi.RenewResult{Err: errBatcherClosed}
 	}
-	return leaseapi.RenewResult{Err: errNotSent}
+	return leaseapi.RenewResult{Err: leaseapi.ContextError("renew", cause)}
 }
 
 // put returns r, which no one will send to any more, for reuse.
 func (b *batcher) put(r *renewReq) {
-	r.rec, r.ctx = leaseapi.Record{}, nil
+	r.rec = leaseapi.Record{}
 	b.reqs.Put(r)
 }
 
@@ -270,14 +287,7 @@ func (b *batcher) run(bt *batch) {
 		reqs = append(reqs, leaseapi.RenewRequest{Record: r.rec, TTL: r.ttl})
 	}
 	if len(send) > 0 {
-		// first's context ends at the earliest deadline or with life; its
-		// caller keeps it alive until its reply (or gives up at that
-		// deadline), so it outlives the batch. One without a deadline
-		// (none of the supervisors') gets one.
-		ctx, cancel := first.ctx, context.CancelFunc(nil)
-		if _, ok := ctx.Deadline(); !ok {
-			ctx, cancel = b.clk.WithDeadline(b.life, first.deadline)
-		}
+		ctx, cancel := b.context(now, first.deadline)
 		res := b.br.RenewBatch(ctx, reqs)
 		if cancel != nil {
 			cancel()
@@ -293,6 +303,17 @@ func (b *batcher) run(bt *batch) {
 	clear(bt.elems)
 	clear(bt.reqs)
 	bt.elems, bt.reqs = send[:0], reqs[:0]
+}
+
+// context returns the context of a batch formed at now whose earliest
+// element's deadline is deadline: the client's life, ending at deadline
+// (on the wall clock a shared one that may end up to 1/64 of the bound
+// early, never late), and its cancel func, nil for a shared one.
+func (b *batcher) context(now, deadline time.Time) (context.Context, context.CancelFunc) {
+	if d := deadline.Sub(now); b.shared != nil && d >= callctx.Min {
+		return b.shared.Context(now, d), nil
+	}
+	return b.clk.WithDeadline(b.life, deadline)
 }
 
 // shut closes the queue as a sender exits and answers the renewals still

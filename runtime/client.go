@@ -212,7 +212,7 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 	c.held.max = int64(cmpOr(o.MaxHeld, DefaultMaxHeld))
 	c.life, c.cancelLife = context.WithCancel(context.Background())
 	if caps.RenewBatch && !c.unbounded && !o.NoBatching {
-		c.batch = newBatcher(b.(leaseapi.BatchRenewer), c.clk, c.life)
+		c.batch = newBatcher(b.(leaseapi.BatchRenewer), c.clk, wall, c.life)
 	}
 	sup := &supervisor.Config{
 		Backend:      c.b,
