@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -89,8 +88,9 @@ type batcher struct {
 type reqState uint8
 
 const (
-	reqQueued reqState = iota // in the queue
-	reqTaken                  // in a batch: its reply will come
+	reqQueued    reqState = iota // in the queue
+	reqTaken                     // in a batch: its reply will come
+	reqWithdrawn                 // still in the queue, but its caller has left: never sent
 )
 
 type renewReq struct {
@@ -195,12 +195,11 @@ func (b *batcher) abandon(r *renewReq, cause error) leaseapi.RenewResult {
 		// is therefore not reused.
 		return leaseapi.RenewResult{Err: errBatchTimedOut}
 	}
-	q := slices.DeleteFunc(b.queue[b.head:], func(q *renewReq) bool { return q == r })
-	b.queue = b.queue[:b.head+len(q)]
-	if b.head == len(b.queue) {
-		b.queue, b.head = b.queue[:0], 0
-	}
-	b.put(r)
+	// Marked, not removed: removing it would scan the queue, and a mass
+	// withdrawal (every supervisor's ctx ends at Close, with thousands of
+	// renewals queued) made that quadratic. The sender that reaches it
+	// skips it and recycles it.
+	r.state = reqWithdrawn
 	if b.closed || b.life.Err() != nil {
 		return leaseapi.RenewResult{Err: errBatcherClosed}
 	}
@@ -238,15 +237,20 @@ func (b *batcher) send() {
 			}
 			b.mu.Lock()
 			n := min(len(b.queue)-b.head, maxBatch)
-			bt.elems = append(bt.elems[:0], b.queue[b.head:b.head+n]...)
+			bt.elems = bt.elems[:0]
+			for _, r := range b.queue[b.head : b.head+n] {
+				if r.state == reqWithdrawn {
+					b.put(r) // its caller has left: nothing to send or answer
+					continue
+				}
+				r.state = reqTaken
+				bt.elems = append(bt.elems, r)
+			}
 			clear(b.queue[b.head : b.head+n])
 			b.head += n
 			more := b.head < len(b.queue)
 			if !more {
 				b.queue, b.head = b.queue[:0], 0
-			}
-			for _, r := range bt.elems {
-				r.state = reqTaken
 			}
 			b.mu.Unlock()
 			if n == 0 {
@@ -255,7 +259,9 @@ func (b *batcher) send() {
 			if more {
 				b.signal() // another sender takes the rest meanwhile
 			}
-			b.run(&bt)
+			if len(bt.elems) > 0 {
+				b.run(&bt)
+			}
 		}
 	}
 }
@@ -323,6 +329,9 @@ func (b *batcher) shut() {
 	b.closed = true
 	queued := b.queue[b.head:]
 	for _, r := range queued {
+		if r.state == reqWithdrawn {
+			continue // its caller has left
+		}
 		r.state = reqTaken
 		r.reply <- leaseapi.RenewResult{Err: errBatcherClosed}
 	}

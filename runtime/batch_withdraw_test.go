@@ -142,3 +142,35 @@ func withdrawFromBatch(t *testing.T, wall bool) {
 		}
 	}
 }
+
+// BenchmarkWithdrawQueued withdraws 10,000 queued renewals, as happens
+// when the client closes with every supervisor's renewal queued behind
+// batches in flight (their ctxs end with the client's life): ns/op is
+// one round of 10,000 withdrawals. A withdrawal marks its renewal rather
+// than removing it from the queue; removing it scanned the queue, which
+// made the round quadratic.
+func BenchmarkWithdrawQueued(b *testing.B) {
+	const n = 10_000
+	bt := newBatcher(nil, clock.New(), false, context.Background())
+	reqs := make([]*renewReq, n)
+	for i := range reqs {
+		reqs[i] = &renewReq{reply: make(chan leaseapi.RenewResult, 1)}
+	}
+	for b.Loop() {
+		bt.mu.Lock()
+		for _, r := range reqs {
+			r.state = reqQueued
+			bt.queue = append(bt.queue, r)
+		}
+		bt.mu.Unlock()
+		for i := n - 1; i >= 0; i -= 2 { // the later half first, then the rest
+			bt.abandon(reqs[i], context.Canceled)
+		}
+		for i := n - 2; i >= 0; i -= 2 {
+			bt.abandon(reqs[i], context.Canceled)
+		}
+		bt.mu.Lock()
+		bt.queue, bt.head = bt.queue[:0], 0
+		bt.mu.Unlock()
+	}
+}
