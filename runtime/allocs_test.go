@@ -104,9 +104,10 @@ func (batchingMemory) Capabilities() leaseapi.Capabilities {
 // Handle.Renew, on the wall clock: the request to the supervisor and its
 // reply (two), the view it publishes, and the memory store's result
 // slice. The batcher's own request and reply channel are reused, a batch
-// runs under its earliest element's context instead of making one (three
-// allocations and a timer), and it allocates no error for the elements
-// that have a result.
+// runs under a context of the client's life shared by the batches whose
+// bounds end in the same slot (internal/callctx) instead of making one
+// (three allocations and a timer), and it allocates no error for the
+// elements that have a result.
 func TestBatchedRenewAllocs(t *testing.T) {
 	store, _ := memory.New(memory.Options{})
 	c, err := runtime.NewClient(batchingMemory{store}, runtime.ClientOptions{})
