@@ -21,15 +21,21 @@ import (
 
 // The floor's scripts (peersbench's raw-redis adapter), verbatim: the
 // least server work a fenced acquire, renew and release can do.
-var (
-	floorAcquire = vk.NewLuaScript(`if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+const (
+	floorAcquireSrc = `if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local t = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'PX', ARGV[2])
-return t`)
-	floorRelease = vk.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-	floorRenew = vk.NewLuaScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0`)
+return t`
+	floorReleaseSrc = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`
+	floorRenewSrc = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`
+)
+
+var (
+	floorAcquire = vk.NewLuaScript(floorAcquireSrc)
+	floorRelease = vk.NewLuaScript(floorReleaseSrc)
+	floorRenew   = vk.NewLuaScript(floorRenewSrc)
 )
 
 // evalCost runs fn between CONFIG RESETSTAT and INFO commandstats, and

@@ -10,6 +10,9 @@ var (
 	SrcRenew   = srcRenew
 )
 
+// SHA1Hex is the digest EVALSHA names a script's source by.
+var SHA1Hex = sha1hex
+
 // Classify exposes classify to the table test of real driver errors.
 var Classify = classify
 
