@@ -132,11 +132,16 @@ type Client struct {
 	// sup is the supervisor configuration shared by every lease.
 	sup *supervisor.Config
 
-	// mu guards sups, closed and unconfirmed. No channel operation
-	// happens under it.
-	mu     sync.Mutex
-	sups   map[*supervisor.Supervisor]struct{}
-	closed bool
+	// live counts the supervisors started (register) and not yet exited
+	// (unregister), with liveClosed set once Close has started; after that
+	// nothing registers. Whoever leaves it at exactly liveClosed (the last
+	// supervisor to exit, or Close finding none) closes drained: one word
+	// instead of a lock and a set of supervisors, which 64 goroutines
+	// acquiring and releasing at once queued on (the spawn of every
+	// supervisor ran under that lock).
+	live atomic.Uint64
+	// mu guards unconfirmed. No channel operation happens under it.
+	mu sync.Mutex
 	// unconfirmed counts, by sentinel, the releases on close that failed
 	// or could not be confirmed.
 	unconfirmed map[error]int
@@ -145,6 +150,9 @@ type Client struct {
 	drained   chan struct{}
 	closeOnce sync.Once
 }
+
+// liveClosed is the bit of Client.live that says Close has started.
+const liveClosed = 1 << 63
 
 // NewClient returns a Client for backend b. It does no I/O and starts no
 // goroutine. A nil backend, out-of-range bounds, an option that is a nil
@@ -177,7 +185,6 @@ func NewClient(b leaseapi.Backend, o ClientOptions) (*Client, error) {
 		owners:  o.Owners,
 		sleeper: o.Sleeper,
 		retry:   o.Retry,
-		sups:    make(map[*supervisor.Supervisor]struct{}),
 		drained: make(chan struct{}),
 	}
 	// Capabilities are read once, only through leaseapi.CapabilitiesOf: an
@@ -272,21 +279,34 @@ func (c *Client) Held() int {
 // register starts the supervisor of a fresh grant. It starts nothing and
 // returns an error if the client is closed (ErrInvalidState) or already
 // holds MaxHeld handles (ErrCapacity); the caller then gives the grant back.
+// Nothing is locked: the supervisor is counted live, only while Close has
+// not started, before it is started.
 func (c *Client) register(p leaseapi.Policy, rec leaseapi.Record, sentAt, recvAt time.Time) (*Handle, error) {
 	const op = "acquire"
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errClosed(op)
+	for n := c.live.Load(); ; n = c.live.Load() {
+		if n&liveClosed != 0 {
+			return nil, errClosed(op)
+		}
+		if c.live.CompareAndSwap(n, n+1) {
+			break
+		}
 	}
 	if !c.held.Enter() {
+		c.leave()
 		return nil, errMaxHeld
 	}
 	hs := new(handleSupervisor) // one allocation for both
 	hs.h = Handle{c: c, s: &hs.s}
 	supervisor.StartIn(&hs.s, c.sup, p, supervisor.Grant{Record: rec, SentAt: sentAt, RecvAt: recvAt})
-	c.sups[&hs.s] = struct{}{}
 	return &hs.h, nil
+}
+
+// leave uncounts a supervisor (or a registration that started none) and
+// closes drained if it was the last one after Close started.
+func (c *Client) leave() {
+	if c.live.Add(^uint64(0)) == liveClosed {
+		close(c.drained)
+	}
 }
 
 // handleSupervisor is a Handle allocated together with its Supervisor.
@@ -314,28 +334,15 @@ func (c *Client) renewer() supervisor.Renewer {
 
 // unregister runs on a supervisor's goroutine as it exits (after Done).
 func (c *Client) unregister(s *supervisor.Supervisor) {
-	err := s.CloseErr()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.sups, s)
-	if err != nil {
+	if err := s.CloseErr(); err != nil {
+		c.mu.Lock()
 		if c.unconfirmed == nil {
 			c.unconfirmed = make(map[error]int)
 		}
 		c.unconfirmed[leaseapi.Kind(err)]++
+		c.mu.Unlock()
 	}
-	if c.closed && len(c.sups) == 0 {
-		c.closeDrained()
-	}
-}
-
-// closeDrained closes drained once; called with mu held.
-func (c *Client) closeDrained() {
-	select {
-	case <-c.drained:
-	default:
-		close(c.drained)
-	}
+	c.leave() // after the count above: Close reads it once drained
 }
 
 // Close shuts the client down, like http.Server.Shutdown: it refuses new
@@ -371,12 +378,9 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.closeOnce.Do(func() {
 		c.closeCtx.Store(&ctx)
-		c.mu.Lock()
-		c.closed = true
-		if len(c.sups) == 0 {
-			c.closeDrained()
+		if c.live.Or(liveClosed) == 0 {
+			close(c.drained) // no supervisor left to do it
 		}
-		c.mu.Unlock()
 		c.cancelLife() // every supervisor now releases under ctx and exits
 	})
 	var ctxErr error
