@@ -44,9 +44,9 @@ func pairAllocs(t *testing.T, b leaseapi.Backend, ctx context.Context, held bool
 
 // TestPairAllocs guards what the runtime allocates per pair: the owner
 // id, the handle with its supervisor, the goroutine, the mailbox (three),
-// the reply channel of the lease's first request (the release's; the
-// exchange is reused: mailbox.Slot), and the final view (the first is
-// part of the supervisor's allocation). A backend whose calls
+// and the reply channel of the lease's first request (the release's; the
+// exchange is reused: mailbox.Slot); the first view and the final one are
+// part of the supervisor's allocation. A backend whose calls
 // must be bounded adds the acquisition's exact bound (one allocation: its
 // deadline, over a context shared by the calls of a slot of time, as the
 // release's bound is), none when the caller's context already ends before
@@ -69,17 +69,17 @@ func TestPairAllocs(t *testing.T) {
 		held bool
 		want float64
 	}{
-		{"memory backend", store, context.Background(), false, 8},
-		{"bounded backend", bounded, context.Background(), false, 9},
-		{"bounded backend, caller's context ends first", bounded, soon, false, 8},
-		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), false, 9},
-		{"bounded backend, caller's context ends later", bounded, later, false, 12},
+		{"memory backend", store, context.Background(), false, 7},
+		{"bounded backend", bounded, context.Background(), false, 8},
+		{"bounded backend, caller's context ends first", bounded, soon, false, 7},
+		{"bounded backend, caller's context with a value", bounded, context.WithValue(context.Background(), key{}, 1), false, 8},
+		{"bounded backend, caller's context ends later", bounded, later, false, 11},
 		// The fault wrapper adds one per call it makes (its WithoutCancel).
-		{"fault wrapper", simtest.NewFaulty(store), context.Background(), false, 11},
+		{"fault wrapper", simtest.NewFaulty(store), context.Background(), false, 10},
 		// A pair whose previous actor has not parked yet when the next
 		// starts (a loaded machine) makes a goroutine: allow half of them.
-		{"memory backend, another lease held", store, context.Background(), true, 7.5},
-		{"bounded backend, another lease held", bounded, context.Background(), true, 8.5},
+		{"memory backend, another lease held", store, context.Background(), true, 6.5},
+		{"bounded backend, another lease held", bounded, context.Background(), true, 7.5},
 	} {
 		n, want := pairAllocs(t, tc.b, tc.ctx, tc.held), tc.want+raceAllocs
 		t.Logf("%s: %v allocations per pair", tc.name, n)

@@ -134,3 +134,44 @@ func TestStateChangeHookOnExpiryAndClose(t *testing.T) {
 		}
 	})
 }
+
+// TestFinalViewNeverChanges: the terminal view is published without a
+// copy (publish), so nothing may write it afterwards. A reader goroutine
+// reads every field of every view it sees while the lease is released,
+// the actor exits and a Close follows (run it with -race), and the final
+// view read after Done equals the one first seen Released.
+func TestFinalViewNeverChanges(t *testing.T) {
+	store, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	life, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, _ := start(t, simtest.NewFaulty(store), life, new(changes))
+	var firstReleased supervisor.View
+	stop, read := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(read)
+		for {
+			v := *s.View() // every field: a write after publish races this read
+			if v.State == leaseapi.StateReleased && firstReleased.State == 0 {
+				firstReleased = v
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	if err := s.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	cancel() // the client's close after the actor's exit changes nothing
+	close(stop)
+	<-read
+	if got := *s.View(); got.State != leaseapi.StateReleased || got != firstReleased && firstReleased.State != 0 {
+		t.Fatalf("final view: got %+v, want the released view %+v", got, firstReleased)
+	}
+}
