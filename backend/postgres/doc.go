@@ -241,7 +241,20 @@
 //     leaseapi.ErrBackendUnavailable, or the context's error.
 //
 // The Store never retries a mutation. Bound every call with a ctx deadline:
-// a blackholed connection is otherwise only noticed by TCP. Also set a
+// a blackholed connection is otherwise only noticed by TCP.
+//
+// A call ends when its ctx does, without pgx's per-statement context
+// watcher (which costs four allocations per statement): the ctx's
+// deadline is the deadline of the connection's socket for the time of
+// the call, and each distinct ctx.Done() channel is watched once for all
+// the calls in flight under it, which it ends by moving their sockets'
+// deadline to the past. Either way pgx closes the connection (it is never
+// handed out again) and sends the server a cancel request, as its default
+// context handler does; the result is classified as above (ambiguous for
+// a mutation that was sent, the context's error for a read or a call that
+// sent nothing). A call ends at its deadline even if its ctx reports done
+// only later. A pool's own pgconn.Config.BuildContextWatcherHandler (a
+// cancel request before closing, say) is not used for the Store's calls. Also set a
 // connect timeout on the pool (connect_timeout in the URL, or
 // ConnConfig.ConnectTimeout): pgx has none by default, so connection
 // attempts started during a partition would otherwise hold pool slots

@@ -35,7 +35,10 @@ type FixedBudget struct {
 	b int64
 }
 
-func (w *FixedBudget) bound(context.Context) *int64 { b := w.b; return &b }
+func (w *FixedBudget) bound(_ context.Context, dst *notAfter) *notAfter {
+	*dst = notAfter(w.b)
+	return dst
+}
 
 func (w *FixedBudget) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	return w.s.tryAcquire(ctx, key, owner, ttl, w.bound)
@@ -61,4 +64,15 @@ var (
 func SQL(s *Store) []string {
 	q := s.q
 	return []string{q.acquire, q.acquireMark, q.renew, q.validate, q.release, q.released, q.inspect, q.renewBatch, q.fence, q.advance, q.sweep, q.check}
+}
+
+// MaxIdleWatches exposes maxIdleGroups to the test that bounds the watched
+// contexts.
+const MaxIdleWatches = maxIdleGroups
+
+// Watches is the number of Done channels s watches.
+func Watches(s *Store) int {
+	s.calls.mu.Lock()
+	defer s.calls.mu.Unlock()
+	return len(s.calls.groups)
 }

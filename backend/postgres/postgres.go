@@ -122,6 +122,10 @@ type Store struct {
 	// (re)connecting). Its listener is the LISTEN goroutine (listen),
 	// started by the first WatchRelease and stopped by Close.
 	watches *watchhub.Hub[string, string]
+
+	// calls ends the Store's calls when their ctx does, in place of
+	// pgx's per-statement context watcher (calls.go).
+	calls *calls
 }
 
 // The capabilities the Store implements and claims ([Store.Capabilities]).
@@ -380,15 +384,25 @@ func notGranted(p string) string {
 }
 
 // budget is the not-after parameter of a mutation about to be sent under
-// ctx: the µs left before ctx's deadline, or nil (NULL, no bound) when ctx
-// has none.
-func budget(ctx context.Context) *int64 {
+// ctx: the µs left before ctx's deadline, stored in dst (the call's own
+// slot), or nil (NULL, no bound) when ctx has none.
+func budget(ctx context.Context, dst *notAfter) *notAfter {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return nil
 	}
-	b := time.Until(dl).Microseconds()
-	return &b
+	*dst = notAfter(time.Until(dl).Microseconds())
+	return dst
+}
+
+// notAfter is the not-after parameter (µs). pgx encodes a *notAfter
+// through its Int64Value, without boxing the number (an int64 argument
+// costs an allocation per statement), and a nil one as NULL.
+type notAfter int64
+
+// Int64Value implements pgtype.Int64Valuer.
+func (b *notAfter) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: int64(*b), Valid: true}, nil
 }
 
 // New returns a Store on pool with the tables named by o. It does no I/O:
@@ -413,6 +427,7 @@ func New(pool *pgxpool.Pool, o Options) (*Store, error) {
 		q:       buildStatements(n).mutated(),
 	}
 	s.channelArg = s.channel
+	s.calls = newCalls()
 	s.watches = watchhub.New[string, string](s.listen)
 	return s, nil
 }
@@ -471,9 +486,12 @@ func (s *Store) ready(op string) error {
 	return nil
 }
 
-// conn takes a connection from the pool. Nothing has been sent when it
-// fails, so the error is classified as a failed read.
-func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
+// conn takes a connection from the pool and starts a call on it under
+// ctx (calls.go): its statements run on cl.conn under cl.ctxFor(), their
+// failures go through cl.failed, and cl.release gives the connection
+// back. Nothing has been sent when it fails, so the error is classified
+// as a failed read.
+func (s *Store) conn(ctx context.Context, op string) (*call, error) {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, leaseapi.Wrap(classify(err, false), op)
@@ -484,7 +502,12 @@ func (s *Store) conn(ctx context.Context, op string) (*pgxpool.Conn, error) {
 			return nil, leaseapi.Wrap(err, op)
 		}
 	}
-	return c, nil
+	cl, err := s.calls.begin(ctx, c)
+	if err != nil {
+		c.Release()
+		return nil, leaseapi.Wrap(classify(err, false), op)
+	}
+	return cl, nil
 }
 
 // checkSchema reads nothing but the lease table's shape, once per Store
@@ -517,7 +540,7 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // tryAcquire is TryAcquire with the not-after parameter taken from
 // bound(ctx) when the statement is about to be sent (the tests pass their
 // own).
-func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
+func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration, bound func(context.Context, *notAfter) *notAfter) (leaseapi.Record, error) {
 	const op = "try acquire"
 	if err := s.ready(op); err != nil {
 		return leaseapi.Record{}, err
@@ -525,28 +548,28 @@ func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	if err := leaseapi.CheckAcquire(ctx, op, key, owner, ttl); err != nil {
 		return leaseapi.Record{}, err
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	defer c.Release()
+	defer cl.release()
 	var r struct { // one allocation for all the scan targets
 		tok  pgtype.Int8
 		acq  pgtype.Timestamptz
 		late bool
 	}
-	b := bound(ctx)
+	b := bound(ctx, &cl.budget)
 	if s.waitMark(key) {
-		err = c.QueryRow(ctx, s.q.acquireMark, key.String(), owner, ttl.Microseconds(), b).Scan(&r.tok, &r.acq, &r.late)
+		err = cl.conn.QueryRow(cl.ctxFor(), s.q.acquireMark, key.String(), owner, ttl.Microseconds(), b).Scan(&r.tok, &r.acq, &r.late)
 	} else {
 		sent := time.Now()
-		err = c.QueryRow(ctx, s.q.acquire, key.String(), owner, ttl.Microseconds(), b).Scan(&r.tok, &r.acq)
+		err = cl.conn.QueryRow(cl.ctxFor(), s.q.acquire, key.String(), owner, ttl.Microseconds(), b).Scan(&r.tok, &r.acq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err, r.late = nil, lateReply(b, time.Since(sent))
 		}
 	}
 	if err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+		return leaseapi.Record{}, leaseapi.Wrap(classify(cl.failed(err), true), op)
 	}
 	return acquireResult(op, key, owner, r.tok, r.acq, grantExpiry(r.acq, ttl), r.late)
 }
@@ -561,7 +584,7 @@ func (s *Store) tryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 // rule for acquireMark, whose late flag is read after the upsert, is the
 // same). Only a step of the server's clock could make the two disagree,
 // and then between two answers that both mean "not applied".
-func lateReply(b *int64, took time.Duration) bool {
+func lateReply(b *notAfter, took time.Duration) bool {
 	return b != nil && took >= time.Duration(*b)*time.Microsecond
 }
 
@@ -594,7 +617,7 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 }
 
 // renew is Renew with the not-after parameter from bound, as tryAcquire.
-func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration, bound func(context.Context) *int64) (leaseapi.Record, error) {
+func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duration, bound func(context.Context, *notAfter) *notAfter) (leaseapi.Record, error) {
 	const op = "renew"
 	if err := s.ready(op); err != nil {
 		return leaseapi.Record{}, err
@@ -605,18 +628,18 @@ func (s *Store) renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	if !storable(rec.Token) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	defer c.Release()
+	defer cl.release()
 	var r struct { // one allocation for all the scan targets
 		acq, exp pgtype.Timestamptz
 		late     bool
 	}
-	err = c.QueryRow(ctx, s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds(), bound(ctx)).Scan(&r.acq, &r.exp, &r.late)
+	err = cl.conn.QueryRow(cl.ctxFor(), s.q.renew, rec.Key.String(), rec.Owner, int64(rec.Token), ttl.Microseconds(), bound(ctx, &cl.budget)).Scan(&r.acq, &r.exp, &r.late)
 	if err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(classify(err, true), op)
+		return leaseapi.Record{}, leaseapi.Wrap(classify(cl.failed(err), true), op)
 	}
 	return renewResult(op, rec, r.acq, r.exp, r.late)
 }
@@ -652,14 +675,14 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 	if !storable(rec.Token) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
-	defer c.Release()
+	defer cl.release()
 	var acq, exp pgtype.Timestamptz
-	if err := c.QueryRow(ctx, s.q.validate, rec.Key.String(), rec.Owner, int64(rec.Token)).Scan(&acq, &exp); err != nil {
-		return leaseapi.Record{}, leaseapi.Wrap(classify(err, false), op)
+	if err := cl.conn.QueryRow(cl.ctxFor(), s.q.validate, rec.Key.String(), rec.Owner, int64(rec.Token)).Scan(&acq, &exp); err != nil {
+		return leaseapi.Record{}, leaseapi.Wrap(classify(cl.failed(err), false), op)
 	}
 	if !finite(acq) || !finite(exp) {
 		return leaseapi.Record{}, leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
@@ -688,15 +711,15 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	if !storable(rec.Token) {
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		return err
 	}
-	defer c.Release()
+	defer cl.release()
 	key := rec.Key.String()
-	ct, err := c.Exec(ctx, s.q.release, key, rec.Owner, int64(rec.Token), s.channelArg)
+	ct, err := cl.conn.Exec(cl.ctxFor(), s.q.release, key, rec.Owner, int64(rec.Token), s.channelArg)
 	if err != nil {
-		return leaseapi.Wrap(classify(err, true), op)
+		return leaseapi.Wrap(classify(cl.failed(err), true), op)
 	}
 	if ct.RowsAffected() == 1 { // released now: this Store's own watchers need no NOTIFY
 		if s.watches.Len() > 0 {
@@ -709,8 +732,8 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	// at which the UPDATE would not have matched either (a token only
 	// grows).
 	var n int64
-	if err := c.QueryRow(ctx, s.q.released, key, int64(rec.Token)).Scan(&n); err != nil {
-		return leaseapi.Wrap(classify(err, false), op)
+	if err := cl.conn.QueryRow(cl.ctxFor(), s.q.released, key, int64(rec.Token)).Scan(&n); err != nil {
+		return leaseapi.Wrap(classify(cl.failed(err), false), op)
 	}
 	if n == 0 {
 		return leaseapi.NewError(op, leaseapi.ErrStaleOwner, "")
@@ -729,22 +752,22 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 	if err := leaseapi.CheckKey(ctx, op, key); err != nil {
 		return leaseapi.Record{}, false, err
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		return leaseapi.Record{}, false, err
 	}
-	defer c.Release()
+	defer cl.release()
 	var (
 		tok  int64
 		live bool
 	)
 	rec := leaseapi.Record{Key: key}
-	err = c.QueryRow(ctx, s.q.inspect, key.String()).Scan(&rec.Owner, &tok, &rec.AcquiredAt, &rec.ExpiresAt, &live)
+	err = cl.conn.QueryRow(cl.ctxFor(), s.q.inspect, key.String()).Scan(&rec.Owner, &tok, &rec.AcquiredAt, &rec.ExpiresAt, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return leaseapi.Record{Key: key}, false, nil
 	}
 	if err != nil {
-		return leaseapi.Record{}, false, leaseapi.Wrap(classify(err, false), op)
+		return leaseapi.Record{}, false, leaseapi.Wrap(classify(cl.failed(err), false), op)
 	}
 	rec.Token = leaseapi.Token(tok)
 	if !live {
@@ -765,7 +788,7 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 
 // renewBatch is RenewBatch with the not-after parameter from bound, as
 // tryAcquire.
-func (s *Store) renewBatch(ctx context.Context, reqs []leaseapi.RenewRequest, bound func(context.Context) *int64) []leaseapi.RenewResult {
+func (s *Store) renewBatch(ctx context.Context, reqs []leaseapi.RenewRequest, bound func(context.Context, *notAfter) *notAfter) []leaseapi.RenewResult {
 	const op = "renew batch"
 	out, valid := leaseapi.CheckRenewBatch(ctx, op, reqs)
 	if err := s.ready(op); err != nil {
@@ -797,7 +820,7 @@ func (s *Store) renewBatch(ctx context.Context, reqs []leaseapi.RenewRequest, bo
 }
 
 // renewRound renews reqs[idx...] (distinct keys) in one statement.
-func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.RenewRequest, idx []int, out []leaseapi.RenewResult, bound func(context.Context) *int64) {
+func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.RenewRequest, idx []int, out []leaseapi.RenewResult, bound func(context.Context, *notAfter) *notAfter) {
 	fail := func(err error) {
 		for _, i := range idx {
 			out[i].Err = err
@@ -816,15 +839,15 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 		r := reqs[i]
 		keys[j], owners[j], toks[j], ttls[j], pos[j] = r.Record.Key.String(), r.Record.Owner, int64(r.Record.Token), r.TTL.Microseconds(), int32(j)
 	}
-	c, err := s.conn(ctx, op)
+	cl, err := s.conn(ctx, op)
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer c.Release()
-	rows, err := c.Query(ctx, s.q.renewBatch, keys, owners, toks, ttls, pos, bound(ctx))
+	defer cl.release()
+	rows, err := cl.conn.Query(cl.ctxFor(), s.q.renewBatch, keys, owners, toks, ttls, pos, bound(ctx, &cl.budget))
 	if err != nil {
-		fail(leaseapi.Wrap(classify(err, true), op))
+		fail(leaseapi.Wrap(classify(cl.failed(err), true), op))
 		return
 	}
 	done := make([]bool, len(idx))
@@ -854,7 +877,7 @@ func (s *Store) renewRound(ctx context.Context, op string, reqs []leaseapi.Renew
 		err = errors.New("no row")
 	}
 	if err != nil {
-		fail(leaseapi.Wrap(classify(err, true), op))
+		fail(leaseapi.Wrap(classify(cl.failed(err), true), op))
 		for _, i := range idx {
 			out[i].Record = leaseapi.Record{}
 		}
