@@ -58,8 +58,7 @@ func (s *Supervisor) serve(in input) (exit bool) {
 			return false
 		}
 		ev = event{kind: evOutcome}
-		s.perform(&e.call, &ev.out)
-		ev.at = s.cfg.Clock.Now()
+		ev.at = s.perform(&e.call, &ev.out)
 		s.reportCall(e.call.op, &ev.out, ev.at)
 	}
 }
@@ -152,15 +151,16 @@ func (s *Supervisor) arm(at time.Time) {
 	}
 }
 
-// perform makes backend call c for the lease and writes its outcome to out
-// (zero on entry). The call is bounded by the client's life (or, for the
+// perform makes backend call c for the lease, writes its outcome to out
+// (zero on entry) and returns the clock's reading once it has returned
+// (the instant of the outcome event: one reading serves both). The call is bounded by the client's life (or, for the
 // release on close, by the close context), by the policy's
 // OperationTimeout and, for renew and validate, by the remaining trust: a
 // reply after the deadline could not restore admission anyway, so none is
 // sent at or after it. On the wall clock the bound is a context shared
 // with the calls of other leases that end in the same slot of time
 // (internal/callctx), which may end it up to 1/64 of it early.
-func (s *Supervisor) perform(c *callSpec, out *outcome) {
+func (s *Supervisor) perform(c *callSpec, out *outcome) time.Time {
 	parent := s.cfg.Life
 	if c.onClose {
 		parent = context.Background()
@@ -174,7 +174,7 @@ func (s *Supervisor) perform(c *callSpec, out *outcome) {
 		timeout = min(timeout, c.trustUntil.Sub(sentAt))
 		if timeout <= 0 {
 			out.sentAt, out.err = sentAt, leaseapi.NewError(c.op.String(), leaseapi.ErrTimeout, "deadline passed before send")
-			return
+			return sentAt
 		}
 	}
 	ctx, cancel := parent, context.CancelFunc(nil)
@@ -198,10 +198,12 @@ func (s *Supervisor) perform(c *callSpec, out *outcome) {
 	if cancel != nil {
 		cancel()
 	}
-	out.sentAt = anchor(sentAt, s.cfg.Clock.Now())
+	doneAt := s.cfg.Clock.Now()
+	out.sentAt = anchor(sentAt, doneAt)
 	if out.err != nil {
 		out.err = leaseapi.Wrap(out.err, c.op.String())
 	}
+	return doneAt
 }
 
 // exit runs once, deferred, as the loop ends: stop the timer, close done,

@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +175,49 @@ func TestFinalViewNeverChanges(t *testing.T) {
 	if got := *s.View(); got.State != leaseapi.StateReleased || got != firstReleased && firstReleased.State != 0 {
 		t.Fatalf("final view: got %+v, want the released view %+v", got, firstReleased)
 	}
+}
+
+// countingClock counts its Now readings.
+type countingClock struct {
+	clock.Clock
+	n atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	c.n.Add(1)
+	return c.Clock.Now()
+}
+
+// TestReleaseReadsTheClockThrice: serving a release of a parked actor
+// reads the clock three times — the request's instant, the call's send
+// and its return, which is also the instant of the outcome event (the
+// loop used to read it once more for that).
+func TestReleaseReadsTheClockThrice(t *testing.T) {
+	simtest.Simulate(t, func(t *testing.T) {
+		store, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := store.TryAcquire(t.Context(), leaseapi.MustKey("sup", "clock"), "owner-1", p.TTL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := &countingClock{Clock: clock.New()}
+		cfg := (&supervisor.Config{Backend: store, Clock: clk}).Defaults()
+		now := time.Now()
+		s := supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: now, RecvAt: now})
+		simtest.Settle() // parked, its timer made
+		clk.n.Store(0)
+		if err := s.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		<-s.Done()
+		if got := clk.n.Load(); got != 3 {
+			t.Fatalf("clock readings for a release: got %d, want 3", got)
+		}
+	})
 }
