@@ -353,13 +353,14 @@ func (e *realEnv) client(name string) *realClient {
 
 // warm readies a fresh client before its scenario starts: it connects and
 // has the store check its schema (a read, repeated until it succeeds),
-// then acquires and releases a key of its own, so that the acquisition,
-// release and inspection statements or scripts are prepared on the
-// connection. On a loaded machine a fresh connection's first statements
-// can take longer than OperationTimeout (250ms for a 1s TTL): an
-// acquisition that failed (not sent, or its outcome unknown) is repeated
-// on another warm key, for up to 10s. Warm keys are nobody else's, and
-// their grants are not scenario history.
+// then acquires, renews, validates and releases a key of its own, so that
+// the acquisition, renewal, validation, release and inspection statements
+// or scripts are prepared on the connection (and the store has learnt the
+// server's clock). On a loaded machine a fresh connection's first
+// statements can take longer than OperationTimeout (250ms for a 1s TTL):
+// an acquisition, renewal or validation that failed (not sent, or its
+// outcome unknown) is repeated on another warm key, for up to 10s. Warm
+// keys are nobody else's, and their grants are not scenario history.
 func (e *realEnv) warm(c *realClient) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -375,16 +376,23 @@ func (e *realEnv) warm(c *realClient) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
+		step := "TryAcquire"
 		h, err := c.c.TryAcquire(ctx, warmKey(i), e.policy)
 		if err == nil {
-			if err := h.Release(ctx); err != nil {
-				e.t.Logf("%s: warm-up Release: %v", c.name, err)
+			if step, err = "Renew", h.Renew(ctx); err == nil {
+				step, err = "Validate", h.Validate(ctx)
 			}
-			return
+			if rerr := h.Release(ctx); rerr != nil {
+				e.t.Logf("%s: warm-up Release: %v", c.name, rerr)
+			}
+			if err == nil {
+				return
+			}
 		}
 		if k := leaseapi.Kind(err); (k != leaseapi.ErrBackendUnavailable && k != leaseapi.ErrAmbiguousOutcome) || time.Now().After(deadline) {
-			e.t.Fatalf("%s: warm-up TryAcquire: %v", c.name, err)
+			e.t.Fatalf("%s: warm-up %s: %v", c.name, step, err)
 		}
+		e.t.Logf("%s: warm-up %s on warm key %d: %v (trying another)", c.name, step, i, err)
 		pause(ctx, 20*time.Millisecond)
 	}
 }
@@ -1188,10 +1196,10 @@ func TestRealDeferredExecution(t *testing.T) {
 		direct := e.openStore("").(leaseapi.Inspector)
 		ctx := context.Background()
 		h := e.acquire(a, k)
-		if err := h.Renew(ctx); err != nil { // warm the renewal
-			t.Fatalf("a: warm Renew: %v", err)
-		}
-		// e.client warmed b's acquisition and inspection on another key.
+		// e.client warmed a's renewal and b's acquisition and inspection
+		// on keys of their own (retrying what a loaded machine makes
+		// fail): the held-back requests below are the scripts or
+		// statements themselves, each store knows the server's clock.
 		if e.admit(h) {
 			_ = e.write(h, "a")
 		}
