@@ -54,7 +54,7 @@ func (s *Supervisor) serve(in input) (exit bool) {
 			return true
 		}
 		if e.call.op == 0 {
-			s.arm(e.arm)
+			s.arm(e.arm, ev.at)
 			return false
 		}
 		ev = event{kind: evOutcome}
@@ -140,14 +140,17 @@ func (s *Supervisor) apply(e *effects, cur call, at time.Time) {
 }
 
 // arm points the timer at instant at, unless it already is (before the
-// timer is made, next makes it at s.armed).
-func (s *Supervisor) arm(at time.Time) {
+// timer is made, next makes it at s.armed). now is the step's clock
+// reading, taken before: the timer, set to fire at - now after this
+// later instant, fires at or after at, never before, without a clock
+// reading of its own.
+func (s *Supervisor) arm(at, now time.Time) {
 	if at.Equal(s.armed) {
 		return
 	}
 	s.armed = at
 	if s.timer != (timer{}) {
-		s.timer.Reset(max(s.cfg.Clock.Until(at), 0))
+		s.timer.Reset(max(at.Sub(now), 0))
 	}
 }
 
