@@ -70,7 +70,7 @@
 //     used_cpu_sys+used_cpu_user, minus the INFO commands' own usec.
 //     PostgreSQL: the postmaster and its children from /proc, only when the
 //     server is private (with LEASE_TEST_POSTGRES_URL it is not reported).
-//   - LAYER-script-us/OP (Redis): INFO commandstats usec of EVAL+EVALSHA per
+//   - LAYER-script-us/OP (Redis): INFO commandstats usec of EVAL+EVALSHA+FCALL per
 //     operation. It is the server's wall time inside the scripts, so it
 //     includes time the server was descheduled, and can exceed server-us.
 //   - LAYER-allocs/OP: runtime.MemStats mallocs per operation, every

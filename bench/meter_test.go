@@ -18,7 +18,7 @@ import (
 // serverSample is a reading of the server's cumulative CPU time.
 type serverSample struct {
 	cpu    time.Duration // the server's CPU time, minus what reading it cost (Redis)
-	script time.Duration // Redis: the time spent in EVAL and EVALSHA
+	script time.Duration // Redis: the time spent in EVAL, EVALSHA and FCALL
 	ok     bool          // cpu is known
 	hasScr bool          // script is known
 }
@@ -40,7 +40,8 @@ func redisMeter(c valkey.Client) serverMeter {
 }
 
 // parseRedisInfo extracts used_cpu_sys + used_cpu_user (seconds) minus
-// cmdstat_info's usec, and the usec of cmdstat_eval and cmdstat_evalsha.
+// cmdstat_info's usec, and the usec of cmdstat_eval, cmdstat_evalsha and
+// cmdstat_fcall (the Store runs its scripts as functions).
 func parseRedisInfo(info string) serverSample {
 	var s serverSample
 	var cpu float64
@@ -60,7 +61,7 @@ func parseRedisInfo(info string) serverSample {
 			}
 		case "cmdstat_info":
 			infoUsec = statUsec(val)
-		case "cmdstat_eval", "cmdstat_evalsha":
+		case "cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall":
 			scriptUsec += statUsec(val)
 			s.hasScr = true
 		}

@@ -12,10 +12,11 @@ func TestParseRedisInfo(t *testing.T) {
 		"used_cpu_sys_main_thread:7.000000\r\n\r\n# Commandstats\r\n" +
 		"cmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_eval:calls=1,usec=40,usec_per_call=40.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_fcall:calls=3,usec=60,usec_per_call=20.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_info:calls=2,usec=250,usec_per_call=125.00,rejected_calls=0,failed_calls=0\r\n" +
 		"cmdstat_get:calls=5,usec=5000,usec_per_call=1000.00,rejected_calls=0,failed_calls=0\r\n"
 	got := parseRedisInfo(info)
-	want := serverSample{cpu: 3750*time.Millisecond - 250*time.Microsecond, script: 340 * time.Microsecond, ok: true, hasScr: true}
+	want := serverSample{cpu: 3750*time.Millisecond - 250*time.Microsecond, script: 400 * time.Microsecond, ok: true, hasScr: true}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

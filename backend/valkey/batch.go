@@ -66,33 +66,11 @@ func (s *Store) RenewBatch(ctx context.Context, reqs []leaseapi.RenewRequest) []
 	} else {
 		units = s.batchUnits(valid, reqs, na)
 	}
-	src, sha := srcRenewBatch, shaRenewBatch
+	f := fnBatch
 	if cluster {
-		src, sha = srcRenew, shaRenew
+		f = fnRenew
 	}
-
-	b := s.client.B()
-	cmds := make(vk.Commands, len(units))
-	for j, u := range units {
-		cmds[j] = b.Evalsha().Sha1(sha).Numkeys(int64(len(u.keys))).Key(u.keys...).Arg(u.args...).Build()
-	}
-	res := s.client.DoMulti(ctx, cmds...)
-	var again []int
-	for j, r := range res {
-		if ve, ok := vk.IsValkeyErr(r.Error()); ok && ve.IsNoScript() {
-			again = append(again, j)
-		}
-	}
-	if len(again) > 0 {
-		retry := make(vk.Commands, len(again))
-		for k, j := range again {
-			u := units[j]
-			retry[k] = b.Eval().Script(src).Numkeys(int64(len(u.keys))).Key(u.keys...).Arg(u.args...).Build()
-		}
-		for k, r := range s.client.DoMulti(ctx, retry...) {
-			res[again[k]] = r
-		}
-	}
+	res := s.runMulti(ctx, f, units)
 
 	for j, u := range units {
 		if cluster {

@@ -92,6 +92,33 @@ func TestCluster(t *testing.T) {
 		if nodes < 2 {
 			t.Fatalf("keys on %d node(s), want them spread over the cluster", nodes)
 		}
+		// Every node ran them as functions (the library loaded on every
+		// node), and loads them again after every node lost its functions.
+		for _, node := range cl.Nodes() {
+			info, err := node.Do("INFO", "commandstats")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls, failed := commandStat(info, "fcall", "calls"), commandStat(info, "fcall", "failed_calls"); calls <= failed {
+				t.Fatalf("a node ran no FCALL: %v calls, %v failed", calls, failed)
+			}
+			if _, err := node.Do("FUNCTION", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 20 {
+			k := leaseapi.MustKey("ns", "again-{"+itoa(i)+"}")
+			rec, err := s.TryAcquire(ctx, k, ownerA, 2*time.Second)
+			if err != nil {
+				t.Fatalf("TryAcquire %d after FUNCTION FLUSH: %v", i, err)
+			}
+			if r := s.RenewBatch(ctx, []leaseapi.RenewRequest{{Record: rec, TTL: 3 * time.Second}})[0]; r.Err != nil {
+				t.Fatalf("RenewBatch %d after FUNCTION FLUSH: %v", i, r.Err)
+			}
+			if err := s.Release(ctx, rec); err != nil {
+				t.Fatalf("Release %d after FUNCTION FLUSH: %v", i, err)
+			}
+		}
 	})
 
 	t.Run("ReleaseNotificationAcrossNodes", func(t *testing.T) {

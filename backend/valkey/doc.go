@@ -20,9 +20,13 @@
 // # Guarantees
 //
 //   - One round trip, one script per operation. TryAcquire, Renew,
-//     Validate, Release, Inspect and Guard are each one Lua script run with
-//     EVALSHA (EVAL after NOSCRIPT, which proves the first attempt did not
-//     run). The one exception is the Release of a grant that already ended
+//     Validate, Release, Inspect and Guard are each one Lua script, run as a
+//     function of the Store's library with FCALL. Where the server cannot
+//     run the function (it lost its functions, or the ACL user may not call
+//     or load them) the server's error reply proves that nothing ran, and
+//     the same script is sent with EVALSHA (EVAL after NOSCRIPT, which
+//     proves the same); the library is loaded lazily, see "Functions"
+//     below. The one exception is the Release of a grant that already ended
 //     (its lease key is gone): a second, read-only script then asks the
 //     token counter whether a later grant exists. Scripts run atomically on the server, so check and change are
 //     one step. Nothing that changes state is ever resent after a failure.
@@ -50,8 +54,9 @@
 //     token inside the script. Release is idempotent for the key's latest
 //     grant and refuses ([leaseapi.ErrStaleOwner]) once a later grant exists.
 //     TryAcquire by the holder itself is [leaseapi.ErrContended].
-//   - Reads go to the primary: Validate and Inspect use EVALSHA (not
-//     EVALSHA_RO), so a lagging replica can never confirm a released lease.
+//   - Reads go to the primary: Validate and Inspect use FCALL and EVALSHA
+//     (not FCALL_RO or EVALSHA_RO), so a lagging replica can never confirm
+//     a released lease.
 //
 // # Key layout
 //
@@ -74,8 +79,29 @@
 // limited to the Store's keys and channel ("~P:*" and "&P:*") and to the
 // commands the Store and its scripts run (+evalsha +eval +subscribe +ping
 // +time +get +mget +set +setrange +exists +incr +del +publish +pexpireat
-// +pexpiretime, plus +wait for [Options.WaitReplicas]) can run it, and
-// "SCAN MATCH P:*" lists its keys (both tested). The hash
+// +pexpiretime, plus +wait for [Options.WaitReplicas], and +fcall
+// +function|load to run the scripts as functions) can run it, and
+// "SCAN MATCH P:*" lists its keys (both tested; without +fcall and
+// +function|load the Store runs its scripts by EVALSHA).
+//
+// # Functions
+//
+// The scripts are the functions of one library, named "lease_" and 16 hex
+// digits of a digest of their sources (FUNCTION LIST shows it), so that
+// Stores of different versions of this package call their own code on one
+// server. FCALL saves the server 2-6k of the 25-60k instructions of
+// EVALSHA per call (TestScriptCostParts). A Store loads the library
+// (FUNCTION LOAD REPLACE; on a Cluster on every node) the first time an
+// FCALL is refused, which a server that lost its functions (a restart
+// without persistence, FUNCTION FLUSH, a Cluster node added later) also
+// causes; that call, and the others refused meanwhile, run by EVALSHA, at
+// the cost of up to two more round trips within their contexts. If no
+// node accepts the load (an ACL user without +function|load, a server
+// without functions), the Store uses EVALSHA alone for a minute, then
+// tries FCALL again. The library stays on the server (it is saved with the
+// data and replicated); a library of an older version of this package can
+// be removed with FUNCTION DELETE once no Store of that version runs. The
+// acquisition with [Options.WaitReplicas] always uses EVALSHA. The hash
 // tag is the escaped lease key alone: the leases of different prefixes with
 // the same key share a cluster slot, never a key.
 //
@@ -252,7 +278,8 @@
 //     [leaseapi.ErrBackendUnavailable];
 //   - a refusal that is a configuration failure (a server error reply with
 //     the code NOAUTH or WRONGPASS, or NOPERM: the ACL user may not run
-//     EVALSHA or touch the Store's keys): [leaseapi.ErrBackendUnavailable]
+//     EVALSHA or touch the Store's keys; a refused FCALL is not reported,
+//     see "Functions"): [leaseapi.ErrBackendUnavailable]
 //     with a detail that starts with "configuration:", which no retry
 //     fixes (Redis 7.0 refuses a command the script itself may not run,
 //     such as TIME, with no error code: that reads as any other refusal);
@@ -329,6 +356,6 @@
 //     counter remains, and it proves no later grant exists; nothing is
 //     changed). For live grants another owner's Release is
 //     [leaseapi.ErrStaleOwner], as with the memory backend.
-//   - No SPUBLISH, no client-side caching, no Lua functions (FUNCTION LOAD):
-//     scripts are cached per server by EVALSHA.
+//   - No SPUBLISH, no client-side caching.
+//   - It never deletes a function library, its own or an older version's.
 package valkey

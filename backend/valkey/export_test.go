@@ -40,3 +40,6 @@ func SkewClock(s *Store, d time.Duration) {
 func Settings(s *Store) (prefix, channel string, waitReplicas int, waitTimeout time.Duration) {
 	return s.prefix, s.channel, s.waitReplicas, s.waitTimeout
 }
+
+// LibraryID is the name of the Store's function library.
+var LibraryID = libraryID

@@ -27,12 +27,17 @@ func aclUser(t *testing.T, admin vk.Client, name, password string, rules ...stri
 }
 
 // storeRules are the ACL rules a Store needs under prefix p: its keys, its
-// release channel, and the commands its scripts and subscription run.
+// release channel, and the commands its scripts and subscription run,
+// ending with functionRules.
 func storeRules(p string) []string {
-	return []string{"~" + p + ":*", "&" + p + ":*", "+evalsha", "+eval", "+subscribe", "+ping", "+hello",
+	return append([]string{"~" + p + ":*", "&" + p + ":*", "+evalsha", "+eval", "+subscribe", "+ping", "+hello",
 		"+time", "+get", "+mget", "+set", "+setrange", "+exists", "+incr", "+del", "+publish", "+pexpireat",
-		"+pexpiretime"}
+		"+pexpiretime"}, functionRules...)
 }
+
+// functionRules let a Store run its scripts as functions (functions.go);
+// without them it runs them by EVALSHA.
+var functionRules = []string{"+fcall", "+function|load"}
 
 // TestPrefixIsAKeyPrefix runs every operation as an ACL user that may touch
 // only keys and channels under "myapp:", and lists the keys with SCAN MATCH

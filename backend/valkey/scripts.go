@@ -4,13 +4,13 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
-
-	vk "github.com/valkey-io/valkey-go"
 )
 
-// The scripts. Each operation is exactly one of them, run by EVALSHA with
-// an EVAL fallback on NOSCRIPT (vk.NewLuaScript, never the retryable
-// variant: a mutation is never resent after its reply was lost).
+// The scripts. Each operation is exactly one of them, run as a function
+// of the Store's library by FCALL, or by EVALSHA with an EVAL fallback on
+// NOSCRIPT where the server cannot run the function (functions.go; never
+// the retryable variant: a mutation is never resent after its reply was
+// lost).
 //
 // The lease key is one string (see "Key layout" in the package doc):
 //
@@ -302,30 +302,6 @@ else
 end
 return '1 ' .. ARGV[4]
 `
-
-// The script objects are stateless apart from the SHA-1 they compute once,
-// and safe for concurrent use.
-var (
-	scriptAcquire  = vk.NewLuaScript(srcAcquire)
-	scriptWatching = vk.NewLuaScript(srcAcquireWatching)
-	scriptRenew    = vk.NewLuaScript(srcRenew)
-	scriptValidate = vk.NewLuaScript(srcValidate)
-	scriptRelease  = vk.NewLuaScript(srcRelease)
-	scriptEnded    = vk.NewLuaScript(srcReleaseEnded)
-	scriptInspect  = vk.NewLuaScript(srcInspect)
-	scriptGuard    = vk.NewLuaScript(srcGuard)
-)
-
-// SHA-1 digests for the paths that build EVALSHA by hand (the pipelined
-// batch and the acquire followed by WAIT on one connection).
-var (
-	shaAcquire  = sha1hex(srcAcquire)
-	shaWatching = sha1hex(srcAcquireWatching)
-	shaRenew    = sha1hex(srcRenew)
-	// shaRenewBatch is the batched renewal's; the batch has no vk.Lua of
-	// its own since it is always pipelined.
-	shaRenewBatch = sha1hex(srcRenewBatch)
-)
 
 func sha1hex(src string) string {
 	sum := sha1.Sum([]byte(src))

@@ -99,6 +99,10 @@ type Store struct {
 	// not-after bound of each mutation (clock.go).
 	clock *clockEstimate
 
+	// fns is what the Store knows of its function library on the
+	// server (functions.go).
+	fns functionState
+
 	// watches holds the WatchRelease registrations by key ident; its
 	// listener is the subscriber goroutine (subscribe), started by the
 	// first WatchRelease and stopped by Close.
@@ -440,16 +444,16 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	b = t.id(b)
 	t.done(b)
 	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
-	script, sha, src := scriptAcquire, shaAcquire, srcAcquire
+	f := fnAcquire
 	if s.watches.Has(s.identOf(lk)) {
-		script, sha, src = scriptWatching, shaWatching, srcAcquireWatching
+		f = fnWatching
 	}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	if s.waitReplicas > 0 {
-		res, waitRes = s.execWithWait(ctx, sha, src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
+		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	} else {
-		res = script.Exec(ctx, s.client, []string{lk, tk}, []string{owner, ttlText, naText, ida})
+		res = s.run(ctx, f, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	}
 	status, payload, err := line(res, ida, op, true)
 	if err != nil {
@@ -530,7 +534,7 @@ func (s *Store) Renew(ctx context.Context, rec leaseapi.Record, ttl time.Duratio
 	t.done(b)
 	val := t.field(1)
 	ida := t.field(3)
-	res := scriptRenew.Exec(ctx, s.client, []string{t.field(0)}, []string{val, val[:ttlLen(ttl)], t.field(2), ida})
+	res := s.run(ctx, fnRenew, []string{t.field(0)}, []string{val, val[:ttlLen(ttl)], t.field(2), ida})
 	return s.decodeRenew(res, ida, rec, ttl, op, sent)
 }
 
@@ -569,7 +573,7 @@ func (s *Store) Validate(ctx context.Context, rec leaseapi.Record) (leaseapi.Rec
 	b = t.id(b)
 	t.done(b)
 	ida := t.field(2)
-	status, payload, err := line(scriptValidate.Exec(ctx, s.client, []string{t.field(0)}, []string{t.field(1), ida}), ida, op, false)
+	status, payload, err := line(s.run(ctx, fnValidate, []string{t.field(0)}, []string{t.field(1), ida}), ida, op, false)
 	if err != nil {
 		return leaseapi.Record{}, err
 	}
@@ -633,7 +637,7 @@ func (s *Store) Release(ctx context.Context, rec leaseapi.Record) error {
 	b = t.id(b)
 	t.done(b)
 	lk, ida := t.field(0), t.field(2)
-	status, _, err := line(scriptRelease.Exec(ctx, s.client, []string{lk},
+	status, _, err := line(s.run(ctx, fnRelease, []string{lk},
 		[]string{t.field(1), ida}), ida, op, true)
 	if err != nil {
 		return err
@@ -665,7 +669,7 @@ func (s *Store) releaseEnded(ctx context.Context, rec leaseapi.Record, op string
 	b = t.id(b)
 	t.done(b)
 	ida := t.field(2)
-	status, _, err := line(scriptEnded.Exec(ctx, s.client, []string{t.field(0)},
+	status, _, err := line(s.run(ctx, fnEnded, []string{t.field(0)},
 		[]string{t.field(1), ida}), ida, op, false)
 	if err != nil {
 		return err
@@ -699,7 +703,7 @@ func (s *Store) Inspect(ctx context.Context, key leaseapi.Key) (leaseapi.Record,
 	b = t.id(b)
 	t.done(b)
 	ida := t.field(2)
-	status, payload, err := line(scriptInspect.Exec(ctx, s.client, []string{t.field(0), t.field(1)}, []string{ida}), ida, op, false)
+	status, payload, err := line(s.run(ctx, fnInspect, []string{t.field(0), t.field(1)}, []string{ida}), ida, op, false)
 	if err != nil {
 		return leaseapi.Record{}, false, err
 	}
@@ -763,7 +767,7 @@ func (s *Store) Guard(ctx context.Context, rec leaseapi.Record, cacheKey, value 
 	if !ok1 || !ok2 || name == "" || len(name) > MaxCacheNameBytes {
 		return leaseapi.NewError(op, leaseapi.ErrInvalidState, "cache key not made by CacheKey for this lease")
 	}
-	status, _, err := line(scriptGuard.Exec(ctx, s.client, []string{lk, cacheKey},
+	status, _, err := line(s.run(ctx, fnGuard, []string{lk, cacheKey},
 		[]string{t.field(1), value, t.field(2), ida}), ida, op, true)
 	if err != nil {
 		return err

@@ -388,7 +388,7 @@ func TestSubscriptionHasItsOwnConnection(t *testing.T) {
 			continue
 		}
 		sub := f["sub"] != "0" && f["sub"] != ""
-		script := f["cmd"] == "evalsha" || f["cmd"] == "eval"
+		script := f["cmd"] == "evalsha" || f["cmd"] == "eval" || f["cmd"] == "fcall"
 		if sub {
 			subs++
 		}
