@@ -95,8 +95,8 @@
 // FCALL is refused, which a server that lost its functions (a restart
 // without persistence, FUNCTION FLUSH, a Cluster node added later) also
 // causes; that call, and the others refused meanwhile, run by EVALSHA, at
-// the cost of up to two more round trips within their contexts. If no
-// node accepts the load (an ACL user without +function|load, a server
+// the cost of up to two more round trips within their contexts. If every
+// node refuses the load (an ACL user without +function|load, a server
 // without functions), the Store uses EVALSHA alone for a minute, then
 // tries FCALL again. The library stays on the server (it is saved with the
 // data and replicated); a library of an older version of this package can

@@ -32,8 +32,8 @@ import (
 //     run, and nothing is resent.
 //   - After such an error one caller at a time loads the library (FUNCTION
 //     LOAD REPLACE; on a Cluster, on every node, replicas refusing) while
-//     the others go straight to EVALSHA. A load that no node accepted turns
-//     FCALL off for functionRetry: the Store then uses EVALSHA alone, and a
+//     the others go straight to EVALSHA. A load that every node refused
+//     turns FCALL off for functionRetry: the Store then uses EVALSHA alone, and a
 //     Store whose user may not load functions costs one refused FCALL and
 //     one refused load per functionRetry.
 //
@@ -141,26 +141,31 @@ func (s *Store) run(ctx context.Context, f *function, keys, args []string) vk.Va
 }
 
 // loadLibrary loads the library after an FCALL was refused, unless
-// another caller is doing it. A load that no node accepted turns FCALL off
-// for functionRetry. It is bounded by ctx, the refused call's.
+// another caller is doing it. A load that every node refused (an error
+// reply) turns FCALL off for functionRetry; one that failed otherwise (the
+// refused call's ctx, which bounds it, ended) changes nothing.
 func (s *Store) loadLibrary(ctx context.Context) {
 	if !s.fns.loading.CompareAndSwap(false, true) {
 		return
 	}
 	defer s.fns.loading.Store(false)
-	ok := false
+	nodes := map[string]vk.Client{"": s.client}
 	if s.client.Mode() == vk.ClientModeCluster {
-		for _, n := range s.client.Nodes() {
-			if n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(libraryCode).Build()).Error() == nil {
-				ok = true
-			}
-		}
-	} else {
-		ok = s.client.Do(ctx, s.client.B().FunctionLoad().Replace().FunctionCode(libraryCode).Build()).Error() == nil
+		nodes = s.client.Nodes()
 	}
-	if ok {
+	loaded, refusals := 0, 0
+	for _, n := range nodes {
+		err := n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(libraryCode).Build()).Error()
+		if err == nil {
+			loaded++
+		} else if _, ok := vk.IsValkeyErr(err); ok {
+			refusals++
+		}
+	}
+	switch {
+	case loaded > 0:
 		s.fns.offUntil.Store(0)
-	} else {
+	case refusals == len(nodes):
 		s.fns.offUntil.Store(time.Now().Add(functionRetry).UnixNano())
 	}
 }
