@@ -55,7 +55,11 @@ const callKey = "github.com/leasekit/lease/backend/postgres.call"
 // maxIdleGroups bounds the watched Done channels that have no call in
 // flight. The oldest idle one beyond it is no longer watched (its
 // AfterFunc is stopped), so that contexts that never end cannot pile up;
-// a later call under it watches it again.
+// a later call under it watches it again. A watch of a context of the
+// context package (or derived from one) is an entry in its parent's list
+// of children; only a ctx of a type of its own whose Done the context
+// package cannot follow costs a goroutine (context.AfterFunc's), which
+// ends when the ctx does or the watch is evicted.
 const maxIdleGroups = 32
 
 // calls watches the Done channels of a Store's calls. It is safe for
