@@ -4,8 +4,9 @@
 // Sentinel or as a Cluster. This package's tests run on Redis 7.0.15; the
 // layout before the single-string lease value (a hash per lease) also
 // passed them on Valkey 8.0.1, checked outside the project. The current
-// layout uses only commands Valkey 7.2 and 8 have, but has not been run on
-// Valkey.
+// layout and the function library (FCALL, FUNCTION LOAD, which Valkey 7.2
+// and 8 have as Redis 7.0 does) use only commands Valkey 7.2 and 8 have,
+// but have not been run on Valkey.
 //
 //	client, err := vk.NewClient(vk.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 //	...
