@@ -125,7 +125,7 @@ func valkeyKit(srv valkeyServer) kit {
 				if err != nil {
 					return nil, err
 				}
-				n := new(renewCount)
+				n := newRenewCount()
 				return managedOn(l, countedValkey{sm, n}, n, tag), nil
 			}()
 			if err != nil {
@@ -254,7 +254,7 @@ func postgresKit(srv postgresServer) kit {
 				if err != nil {
 					return nil, err
 				}
-				n := new(renewCount)
+				n := newRenewCount()
 				return managedOn(l, countedPG{sm, n}, n, tag+"-m"), nil
 			}()
 			if err != nil {
@@ -341,7 +341,7 @@ func memoryKit() kit {
 				bindOne[leaseapi.Record]("store", newStoreLocker(s, tag+"-s", ttl)),
 				bindOne[*lease.Handle]("api", api),
 			}}
-			n := new(renewCount)
+			n := newRenewCount()
 			managedOn(l, countedMemory{s, n}, n, tag+"-m")
 			l.close = cs.run
 			return l, nil

@@ -158,12 +158,39 @@ func closeClient(c *lease.Client) {
 // performed and the backend calls they took.
 type renewCount struct {
 	renewed, calls atomic.Int64
+	// more gets a token whenever renewed grows (buffer 1, never blocks).
+	more chan struct{}
 }
+
+func newRenewCount() *renewCount { return &renewCount{more: make(chan struct{}, 1)} }
 
 func (c *renewCount) one(err error) {
 	c.calls.Add(1)
 	if err == nil {
-		c.renewed.Add(1)
+		c.add(1)
+	}
+}
+
+// add counts n renewals done.
+func (c *renewCount) add(n int64) {
+	if n == 0 {
+		return
+	}
+	c.renewed.Add(n)
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+}
+
+// waitPast waits until more than from renewals were counted, or ctx ends.
+func (c *renewCount) waitPast(ctx context.Context, from int64) {
+	for c.renewed.Load() <= from {
+		select {
+		case <-c.more:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -175,7 +202,7 @@ func (c *renewCount) batch(res []leaseapi.RenewResult) {
 			n++
 		}
 	}
-	c.renewed.Add(n)
+	c.add(n)
 }
 
 // The counted stores embed a Store, so every capability the runtime looks

@@ -17,6 +17,7 @@ var tinySizes = sizes{
 	contenders: 3, hold: time.Millisecond, handSlice: 250 * time.Millisecond,
 	poll: time.Millisecond, yieldCap: 50 * time.Millisecond, jitter: 2 * time.Millisecond,
 	ttl: 10 * time.Second, renewTTL: 30 * time.Second, warmup: 2,
+	oneRenewal: true,
 }
 
 // recorder is the bench a smoke run reports to.
