@@ -326,8 +326,14 @@
 // for a mutation that ran. An error reply carries no id and cannot be
 // checked this way; it is trusted as described above.
 //
-// Every call is bounded by its context only: give each one a deadline (the
-// runtime's OperationTimeout does). valkey-go detects a connection whose
+// Every call is bounded by its context: give each one a deadline (the
+// runtime's OperationTimeout does). One case overruns it: a call that has
+// to reconnect and whose dial uses up its whole budget starts the new
+// connection's handshake with an expired context, and valkey-go then
+// closes that connection with a PING it waits up to one second for, so
+// the call returns up to a second after its deadline
+// (TestFaultSlowDialIsBounded). The lease it serves is not extended by
+// that: admission ends at the deadline without I/O. valkey-go detects a connection whose
 // replies stopped after ClientOption.ConnWriteTimeout (default about 10s);
 // until then calls on it time out by their contexts. Set it to a few times
 // your operation timeout for faster recovery after a partition.
