@@ -333,10 +333,11 @@
 // closes that connection with a PING it waits up to one second for, so
 // the call returns up to a second after its deadline
 // (TestFaultSlowDialIsBounded). The lease it serves is not extended by
-// that: admission ends at the deadline without I/O. valkey-go detects a connection whose
-// replies stopped after ClientOption.ConnWriteTimeout (default about 10s);
-// until then calls on it time out by their contexts. Set it to a few times
-// your operation timeout for faster recovery after a partition.
+// that: admission ends at the deadline without I/O. valkey-go detects a
+// connection whose replies stopped after ClientOption.ConnWriteTimeout
+// (default about 10s); until then calls on it time out by their
+// contexts. Set it to a few times your operation timeout for faster
+// recovery after a partition.
 //
 // Release notifications arrive on a connection of their own, taken from
 // valkey-go's blocking pool by the first WatchRelease and given back by
