@@ -81,7 +81,7 @@ func TestLogsStateChangesAndFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = h.Renew(t.Context()) // unavailable: Uncertain
-		time.Sleep(p.TTL())      // simulated time: the deadline passes
+		simtest.Advance(p.TTL()) // the deadline passes
 		<-h.Done()
 		simtest.Settle()
 

@@ -53,7 +53,7 @@ func TestRenewReadsTheClockThrice(t *testing.T) {
 		simtest.Settle() // the actor has made its timer and waits
 		for i := range 3 {
 			before := clk.n.Load()
-			time.Sleep(time.Second) // a later deadline: the timer is re-armed
+			simtest.Advance(time.Second) // a later deadline: the timer is re-armed
 			if err := s.Renew(t.Context()); err != nil {
 				t.Fatal(err)
 			}

@@ -86,7 +86,7 @@ func lateRig(t *testing.T, _ leaseapi.Backend) *simtest.LateRig {
 			}
 		},
 		WaitPast: func(_ *testing.T, deadline time.Time, _ time.Duration) {
-			time.Sleep(time.Until(deadline) + time.Millisecond) // simulated time: lets the deadline pass
+			simtest.Advance(time.Until(deadline) + time.Millisecond) // the deadline passes
 		},
 		Release: release, // the call returns once executed; the suite waits for it
 	}
