@@ -23,13 +23,8 @@ func startWall(t *testing.T, f *simtest.Faulty, life context.Context) (*supervis
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := time.Now()
-	g, err := f.TryAcquire(t.Context(), leaseapi.MustKey("sup", "wall"), "owner-1", p.TTL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := (&supervisor.Config{Backend: f, Clock: clock.New(), WallClock: true, Life: life}).Defaults()
-	return supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: sent, RecvAt: time.Now()}), p
+	return startGranted(t, f, cfg, p, "wall"), p
 }
 
 // TestWallCallBoundedByOperationTimeout: on the wall clock a hung renewal
@@ -97,13 +92,8 @@ func TestWallRenewAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := time.Now()
-	g, err := store.TryAcquire(t.Context(), leaseapi.MustKey("sup", "allocs"), "owner-1", p.TTL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := (&supervisor.Config{Backend: store, Clock: clock.New(), WallClock: true}).Defaults()
-	s := supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: sent, RecvAt: time.Now()})
+	s := startGranted(t, store, cfg, p, "allocs")
 	defer func() { _ = s.Release(context.Background()); <-s.Done() }()
 	ctx := context.Background()
 	n := testing.AllocsPerRun(200, func() {

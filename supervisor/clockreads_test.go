@@ -43,12 +43,7 @@ func TestRenewReadsTheClockThrice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sent := time.Now()
-		g, err := store.TryAcquire(t.Context(), leaseapi.MustKey("sup", "reads"), "owner-1", p.TTL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: sent, RecvAt: time.Now()})
+		s := startGranted(t, store, cfg, p, "reads")
 		defer func() { _ = s.Release(t.Context()); <-s.Done() }()
 		simtest.Settle() // the actor has made its timer and waits
 		for i := range 3 {

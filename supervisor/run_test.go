@@ -40,13 +40,8 @@ func start(t *testing.T, f *simtest.Faulty, life context.Context, rec *changes) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sent := time.Now()
-	g, err := f.TryAcquire(t.Context(), leaseapi.MustKey("sup", "hook"), "owner-1", p.TTL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := (&supervisor.Config{Backend: f, Clock: clock.New(), Life: life, OnStateChange: rec.record}).Defaults()
-	return supervisor.Start(cfg, p, supervisor.Grant{Record: g, SentAt: sent, RecvAt: time.Now()}), p
+	return startGranted(t, f, cfg, p, "hook"), p
 }
 
 // TestStateChangeHook: every state change is reported once, on the actor,
