@@ -77,6 +77,18 @@ func (s *Supervisor) next() input {
 		return input{kind: evClose}
 	default:
 	}
+	if s.due {
+		// The step asked to be woken at an instant already past (a managed
+		// renewal due as soon as the last one was answered): the timer event
+		// is stepped at once, after a look at the inbox, without the timer.
+		s.due = false
+		select {
+		case c := <-s.inbox.Receive():
+			return s.request(c)
+		default:
+		}
+		return input{kind: evTimer}
+	}
 	if s.timer == (timer{}) {
 		select {
 		case c := <-s.inbox.Receive():
@@ -143,8 +155,15 @@ func (s *Supervisor) apply(e *effects, cur call, at time.Time) {
 // timer is made, next makes it at s.armed). now is the step's clock
 // reading, taken before: the timer, set to fire at - now after this
 // later instant, fires at or after at, never before, without a clock
-// reading of its own.
+// reading of its own. An instant not after now is not armed at all:
+// next steps the timer event at once (s.due), and the timer keeps the
+// instant it had, so that it still is armed at s.armed (if it fires
+// later, the core finds nothing due and re-arms, or acts on what is due).
 func (s *Supervisor) arm(at, now time.Time) {
+	if !at.After(now) {
+		s.due = true // next steps the timer event without the timer
+		return
+	}
 	if at.Equal(s.armed) {
 		return
 	}

@@ -180,6 +180,9 @@ type Supervisor struct {
 	st    core
 	timer timer     // armed at core.wakeAt; zero until the first wait
 	armed time.Time // the instant timer is (or, before it is made, will be) armed at
+	// due: the last step's wake instant had passed when it was armed;
+	// the timer was left alone and next steps the timer event at once.
+	due bool
 	// loss carries the managed lease's Loss: buffer 1, at most one value,
 	// sent and closed by the actor; the runtime's Managed receives.
 	loss chan Loss
