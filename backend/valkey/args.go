@@ -92,4 +92,4 @@ func (t *callText) field(i int) string {
 const textBuf = 256
 
 // Key name suffixes after the hash tag.
-const leaseSuffix, tokenSuffix = "}:lease", "}:token"
+const leaseSuffix, tokenSuffix, waitSuffix = "}:lease", "}:token", "}:wait"

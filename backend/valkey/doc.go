@@ -61,7 +61,7 @@
 //
 // # Key layout
 //
-// A lease key "ns/name" under prefix P owns two server keys, both starting
+// A lease key "ns/name" under prefix P owns these server keys, all starting
 // with "P:" and sharing the hash tag {E}, where E is "ns/name" with '%',
 // '{', '}' and ':' escaped as %25, %7B, %7D and %3A (so a key's own braces
 // cannot end the tag early, and no two (prefix, key) pairs share a name):
@@ -71,6 +71,10 @@
 //	                    told of the release); its expiry is the grant's:
 //	                    PXAT ExpiresAt - 1ms. Deleted by Release.
 //	P:{E}:token         string: the last token issued; never expires
+//	P:{E}:wait          sorted set: the ids of the Stores waiting for a
+//	                    release of the key, scored by the server time (µs)
+//	                    they were first queued at; exists only while one is
+//	                    queued (see "Release notification")
 //	P:{E}:cache:NAME    Guard's cache values ([Store.CacheKey])
 //
 // A grant's AcquiredAt is its lease key's PEXPIRETIME + 1ms - TTL; an
@@ -80,7 +84,7 @@
 // limited to the Store's keys and channel ("~P:*" and "&P:*") and to the
 // commands the Store and its scripts run (+evalsha +eval +subscribe +ping
 // +time +get +mget +set +setrange +exists +incr +del +publish +pexpireat
-// +pexpiretime, plus +wait for [Options.WaitReplicas], and +fcall
+// +pexpiretime +zadd +zrem +zpopmin, plus +wait for [Options.WaitReplicas], and +fcall
 // +function|load to run the scripts as functions) can run it, and
 // "SCAN MATCH P:*" lists its keys (both tested; without +fcall and
 // +function|load the Store runs its scripts by EVALSHA).
@@ -111,22 +115,59 @@
 // makes the server enforce it). Nothing lists keys: there is no KEYS or
 // SCAN anywhere. [Store.Keys] returns the two names for operators' tools.
 //
-// Release notification: the release script PUBLISHes E on the channel
-// "P:released", but only for a grant that a waiting contender marked.
-// A TryAcquire made while its Store watches the key (WatchRelease; the
-// runtime's waiting Acquire watches before its first attempt) and found the
-// key held sets the mark byte of the lease value; an unmarked release
-// publishes nothing, which halves its server cost. Each Store holds at most
-// one SUBSCRIBE to its prefix's
-// channel, started lazily by the first WatchRelease, and fans messages out
-// to per-key watchers; releases through the same Store are also delivered
-// to its own watchers at once, without the round trip. Classic PUBLISH was
-// chosen over SPUBLISH: in a Cluster it is forwarded to every node, so one
-// subscription on any node sees every release, whereas sharded pub/sub
-// would need a subscription per slot owner and per watched key. The cost is
-// that each release is broadcast over the cluster bus; at lease release
-// rates that is negligible. The payload names the key (as the key names in
-// the keyspace do): use ACLs if that matters.
+// Release notification wakes one waiting Store per release, the one that
+// has waited longest. A TryAcquire made while its Store watches the key
+// (WatchRelease; the runtime's waiting Acquire watches before its first
+// attempt) and found the key held sets the mark byte of the lease value
+// and queues the Store's id (random, 64 bits, one per Store) in the key's
+// wait set, unless it is queued already. The release of a marked grant
+// pops the wait set's oldest entry and PUBLISHes E on that Store's own
+// channel "P:released:ID"; only that Store wakes its watchers of the key
+// and sends an attempt, where every waiting Store used to (a herd of one
+// winner and a loser per other waiting Store). A grant made by a watching
+// Store's attempt takes that Store out of the wait set and is marked from
+// the start while other Stores remain queued (they sleep, so none of them
+// would mark it). An unmarked release touches neither and publishes
+// nothing: it is as cheap as it was before the wait set. A release that
+// finds the grant marked but nobody queued (the mark of a Store of an
+// older version of this package, which queues nothing) PUBLISHes E on
+// "P:released", which every Store subscribes to as well and answers by
+// waking all its watchers of the key, as older versions do.
+//
+// The order is FIFO among Stores: a queued Store is woken before every
+// Store queued after it, so a waiter's turn comes after at most one
+// release per Store ahead of it (a Store woken in its turn that loses the
+// race to a poller queues again, at the back). Several waiters on one key
+// in one Store share its entry and are woken together. A queued Store
+// that stopped waiting (its Acquire ended, its Store closed, its process
+// died) stays queued until a release pops it: that release wakes nobody,
+// and the next queued Store learns of it from its retry timer, so each
+// such entry costs the waiters at most one retry interval, once
+// (TestStaleHeadCostsOneRetry). Entries of a Store that got the key
+// without being woken are removed by its grant; those of Stores gone for
+// good are removed by the releases that pop them, one per release, and
+// otherwise stay (about 30 bytes each, in a key that exists only while
+// someone is queued).
+//
+// Mixed versions. Stores of the previous version of this package (which
+// mark but do not queue, and whose release publishes E on "P:released")
+// share a server and prefix with these safely: a notification never
+// grants anything, and every acquisition is the same compare-and-set.
+// Their liveness: a new Store waiting is woken by old releases (on
+// "P:released") and by new ones (its turn); an old Store waiting is woken
+// by old releases, and by a new release only when no new Store is queued;
+// otherwise it acquires on its retry timer (TestMixedVersions).
+//
+// Each Store holds at most one SUBSCRIBE (to "P:released" and its own
+// channel), started lazily by the first WatchRelease, and fans messages
+// out to per-key watchers; releases through the same Store are also
+// delivered to its own watchers at once, without the round trip. Classic
+// PUBLISH was chosen over SPUBLISH: in a Cluster it is forwarded to every
+// node, so one subscription on any node sees every release, whereas
+// sharded pub/sub would need a subscription per slot owner and per watched
+// key. The cost is that each release is broadcast over the cluster bus; at
+// lease release rates that is negligible. The payload names the key (as
+// the key names in the keyspace do): use ACLs if that matters.
 //
 // # Upgrading from the hash layout
 //

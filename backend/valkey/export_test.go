@@ -43,3 +43,7 @@ func Settings(s *Store) (prefix, channel string, waitReplicas int, waitTimeout t
 
 // LibraryID is the name of the Store's function library.
 var LibraryID = libraryID
+
+// StoreID is the id s queues under in the wait sets of the keys it
+// waits for.
+func StoreID(s *Store) string { return s.id }

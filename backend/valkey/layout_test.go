@@ -32,7 +32,7 @@ func aclUser(t *testing.T, admin vk.Client, name, password string, rules ...stri
 func storeRules(p string) []string {
 	return append([]string{"~" + p + ":*", "&" + p + ":*", "+evalsha", "+eval", "+subscribe", "+ping", "+hello",
 		"+time", "+get", "+mget", "+set", "+setrange", "+exists", "+incr", "+del", "+publish", "+pexpireat",
-		"+pexpiretime"}, functionRules...)
+		"+pexpiretime", "+zadd", "+zrem", "+zpopmin"}, functionRules...)
 }
 
 // functionRules let a Store run its scripts as functions (functions.go);

@@ -125,40 +125,58 @@ func fill(src string, oldnew ...string) string { return strings.NewReplacer(oldn
 // is not an integer, is at its maximum or gave a token above maxToken:
 // nothing granted) or "1 ID TOKEN ES" (ES: the expiry in ms, minus 1).
 //
-// srcAcquireWatching is the same for a caller that waits for a release
-// notification of the key: its contended attempt marks the live grant
-// (the mark byte, SETRANGE of one byte, once per grant), so that its
-// release publishes a notification; an unmarked release publishes
-// nothing. Two scripts rather than a "watching" argument: an argument
-// costs the server about as much on every attempt as the test (about 2k
-// instructions of 27k for a contended attempt, callgrind).
+// srcAcquireWatching is the same for a Store that waits for a release
+// notification of the key (KEYS lease, token, wait; ARGV owner, ttl,
+// not-after, the Store's id, id): its contended attempt marks the live
+// grant (the mark byte, SETRANGE of one byte, once per grant), so that
+// its release publishes a notification, and queues the Store in the
+// key's wait set (ZADD NX: a Store already queued keeps its place), with
+// the server's TIME in µs as its score, so that releases wake the queued
+// Stores in the order they first found the key held. An unmarked release
+// publishes nothing. Its grant takes the Store out of the wait set and,
+// if other Stores are still queued, is marked from the start: they sleep
+// until they are woken, so none of them would mark it. Two scripts rather
+// than a "watching" argument: an argument costs the server about as much
+// on every attempt as the test (about 2k instructions of 27k for a
+// contended attempt, callgrind), and srcAcquire stays the floor's shape.
 //
 // The contended check comes before TIME and the not-after bound: a
-// contended attempt writes nothing but the mark, so it needs neither.
+// contended attempt writes nothing but the mark and the queue entry, so
+// it needs neither.
 var (
 	srcAcquire = "#!lua\n" + `if redis.call('EXISTS', KEYS[1]) == 1 then
   return '2 ' .. ARGV[4]
 end
-` + luaGrant
+` + fill(luaGrant, "$ID", "4", "$M", "':'")
 	srcAcquireWatching = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
 if v then
   local i = string.find(v, '[:!]')
   if i and string.byte(v, i) ~= 33 then
     redis.call('SETRANGE', KEYS[1], i - 1, '!')
   end
-  return '2 ' .. ARGV[4]
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[3], 'NX', string.format('%d', t[1] * 1000000 + t[2]), ARGV[4])
+  return '2 ' .. ARGV[5]
 end
-` + luaGrant
+local m = ':'
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    m = '!'
+  end
+end
+` + fill(luaGrant, "$ID", "5", "$M", "m")
 )
 
-// luaGrant is the acquire scripts' grant of a free key.
+// luaGrant is the acquire scripts' grant of a free key: the id in
+// ARGV[$ID], the value's mark byte in the expression $M.
 var luaGrant = fill(luaTime, "$NA", "3", "$TTL", "2") + `local tok = redis.pcall('INCR', KEYS[2])
 if type(tok) ~= 'number' or tok > 9007199254740991 then
-  return '7 ' .. ARGV[4]
+  return '7 ' .. ARGV[$ID]
 end
 local ts = string.format('%d', tok)
-redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ts .. ':' .. ARGV[1], 'PXAT', es)
-return '1 ' .. ARGV[4] .. ' ' .. ts .. ' ' .. es
+redis.call('SET', KEYS[1], ARGV[2] .. $M .. ts .. ':' .. ARGV[1], 'PXAT', es)
+return '1 ' .. ARGV[$ID] .. ' ' .. ts .. ' ' .. es
 `
 
 // srcRenew: KEYS lease; ARGV expected value (with the new TTL), ttl (µs),
@@ -235,9 +253,15 @@ return '1 ' .. ARGV[2] .. ' ' .. redis.call('PEXPIRETIME', KEYS[1]) .. ' ' .. v
 // live grant: nothing written; srcReleaseEnded tells the rest) or "3 ID"
 // (stale: another grant is live).
 //
-// The notification goes to the channel "P:released" with the message E,
-// both cut from the lease key's name "P:{E}:lease", only when the grant is
-// marked.
+// The notification goes only out when the grant is marked, with the
+// message E, cut from the lease key's name "P:{E}:lease": to the channel
+// "P:released:ID" of the Store ID first in the key's wait set "P:{E}:wait"
+// (popped from it: ZPOPMIN), or, when no Store is queued (the mark was
+// made by a Store of an older version of this package, which queues
+// nothing), to every Store's channel "P:released". The wait set is not a
+// declared key: declaring it would cost every release about 2k
+// instructions, and only a marked release touches it; it shares the lease
+// key's hash tag, so it lives on the script's slot.
 //
 // The token counter is not a key of this script: a declared key costs
 // the server about 2k instructions per call (callgrind: 31.3k -> 29.3k
@@ -255,7 +279,12 @@ end
 ` + fill(luaSame, "$V", "v", "$X", "1", "$FAIL", "return '3 ' .. ARGV[2]") + `redis.call('DEL', KEYS[1])
 if string.byte(v, i) == 33 then
   local p, e = string.match(KEYS[1], '^(.*):{([^{}]*)}:lease$')
-  redis.call('PUBLISH', p .. ':released', e)
+  local w = redis.call('ZPOPMIN', p .. ':{' .. e .. '}:wait')
+  if w[1] then
+    redis.call('PUBLISH', p .. ':released:' .. w[1], e)
+  else
+    redis.call('PUBLISH', p .. ':released', e)
+  end
 end
 return '1 ' .. ARGV[2]
 `

@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -89,9 +90,13 @@ type Options struct {
 // element), it claims no capability, WatchRelease's channel never receives and
 // Close does nothing.
 type Store struct {
-	client       vk.Client
-	prefix       string
-	channel      string
+	client  vk.Client
+	prefix  string
+	channel string // "P:released": the releases no queued Store was told of
+	// id names the Store in the wait sets of the keys it waits for; own
+	// is its channel "P:released:ID", on which the release of such a key
+	// wakes it (see "Release notification" in the package doc).
+	id, own      string
 	waitReplicas int
 	waitTimeout  time.Duration
 
@@ -139,12 +144,20 @@ func New(client vk.Client, o Options) (*Store, error) {
 		client:       client,
 		prefix:       prefix,
 		channel:      prefix + ":released",
+		id:           storeID(),
 		waitReplicas: o.WaitReplicas,
 		waitTimeout:  wt,
 		clock:        newClockEstimate(),
 	}
+	s.own = s.channel + ":" + s.id
 	s.watches = watchhub.New[string, struct{}](s.subscribe)
 	return s, nil
+}
+
+// storeID returns a fresh random Store id: 16 hex digits (64 bits, so
+// that no two Stores of a fleet share one).
+func storeID() string {
+	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
 }
 
 // errZeroStore is the answer of every method of a Store not made by New.
@@ -423,8 +436,10 @@ func (s *Store) Capabilities() leaseapi.Capabilities {
 // "Late execution" in the package doc): a script that the server runs
 // past it writes nothing and the call, if still waiting, gets
 // [leaseapi.ErrBackendUnavailable]. An attempt that finds the key held while
-// this Store watches it ([Store.WatchRelease]) marks the grant, so that its
-// release is published; that is its only write.
+// this Store watches it ([Store.WatchRelease]) marks the grant and queues
+// the Store in the key's wait set, so that a release wakes it in its turn;
+// those are its only writes (see "Release notification" in the package
+// doc).
 func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, ttl time.Duration) (leaseapi.Record, error) {
 	const op = "try acquire"
 	if s.zero() {
@@ -442,18 +457,20 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	b = t.int(b, ttl.Microseconds())
 	b = t.int(b, na)
 	b = t.id(b)
+	b = t.key(b, s.prefix, key, waitSuffix) // a few bytes more in the one allocation
 	t.done(b)
 	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
-	f := fnAcquire
-	if s.watches.Has(s.identOf(lk)) {
-		f = fnWatching
-	}
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
-	if s.waitReplicas > 0 {
-		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
-	} else {
-		res = s.run(ctx, f, []string{lk, tk}, []string{owner, ttlText, naText, ida})
+	switch watching := s.watches.Has(s.identOf(lk)); {
+	case s.waitReplicas > 0 && watching:
+		res, waitRes = s.execWithWait(ctx, fnWatching.sha, fnWatching.src, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+	case s.waitReplicas > 0:
+		res, waitRes = s.execWithWait(ctx, fnAcquire.sha, fnAcquire.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
+	case watching:
+		res = s.run(ctx, fnWatching, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+	default:
+		res = s.run(ctx, fnAcquire, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	}
 	status, payload, err := line(res, ida, op, true)
 	if err != nil {

@@ -21,10 +21,11 @@ const (
 // receives a value (buffer 1, coalescing) after key is released through
 // this Store, or through any Store with the same prefix on the same server
 // or cluster once this Store's TryAcquire, made while the watch is
-// registered, found the key held: that attempt marks the grant, and only
-// a marked grant's release is published (see "Release notification" in the
-// package doc). The runtime's waiting Acquire watches before its first
-// attempt, so it is told of every release it waits for. stop removes the
+// registered, found the key held: that attempt marks the grant and queues
+// this Store, and the release of a marked grant wakes the Store queued
+// longest (see "Release notification" in the package doc). The runtime's
+// waiting Acquire watches before its first attempt, so it is told of the
+// releases it waits for in its Store's turn. stop removes the
 // registration; it is safe to call more than once.
 //
 // The first call starts the Store's single subscription (SUBSCRIBE to the
@@ -79,10 +80,12 @@ func (s *Store) subscribe(ctx context.Context) {
 	// wakes nobody (a spurious wake of every watch of a fresh Store is
 	// worse than the small window it would cover, and releases through
 	// this Store are delivered locally anyway); every later one follows a
-	// gap in which a release may have been missed.
+	// gap in which a release may have been missed. Each SUBSCRIBE names two
+	// channels (the broadcast one and the Store's own) and is confirmed
+	// once per channel: the broadcast channel's confirmation counts.
 	var confirmed atomic.Int64
 	hctx := vk.WithOnSubscriptionHook(ctx, func(sub vk.PubSubSubscription) {
-		if sub.Kind == "subscribe" && confirmed.Add(1) > 1 {
+		if sub.Kind == "subscribe" && sub.Channel == s.channel && confirmed.Add(1) > 1 {
 			s.watches.NotifyAll()
 		}
 	})
@@ -90,7 +93,7 @@ func (s *Store) subscribe(ctx context.Context) {
 	for {
 		start := time.Now()
 		dc, done := s.client.Dedicate()
-		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel).Build(), func(m vk.PubSubMessage) {
+		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel, s.own).Build(), func(m vk.PubSubMessage) {
 			s.watches.Notify(m.Message)
 		})
 		done()

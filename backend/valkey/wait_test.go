@@ -1,0 +1,334 @@
+package valkey_test
+
+import (
+	"context"
+	_ "embed"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/leasekit/lease/backend/valkey"
+	"github.com/leasekit/lease/internal/backendtest/storetest"
+	"github.com/leasekit/lease/leaseapi"
+	"github.com/leasekit/lease/runtime"
+)
+
+// The previous version's scripts that differ in the release notification
+// (testdata/v1: its watching acquisition marks the grant and queues
+// nothing; its release publishes E on "P:released"), run by EVAL as a
+// Store of that version would.
+var (
+	//go:embed testdata/v1/acquire_watching.lua
+	v1AcquireWatching string
+	//go:embed testdata/v1/release.lua
+	v1Release string
+)
+
+// waitSet returns the ids queued in k's wait set, oldest first.
+func waitSet(t *testing.T, c vk.Client, s *valkey.Store, k leaseapi.Key) []string {
+	t.Helper()
+	lease, _ := s.Keys(k)
+	ids, err := c.Do(t.Context(), c.B().Zrange().Key(strings.TrimSuffix(lease, "lease")+"wait").Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// leaseValue returns k's lease value ("" when the key is free).
+func leaseValue(t *testing.T, c vk.Client, s *valkey.Store, k leaseapi.Key) string {
+	t.Helper()
+	lease, _ := s.Keys(k)
+	v, err := c.Do(t.Context(), c.B().Get().Key(lease).Build()).ToString()
+	if err != nil && !vk.IsValkeyNil(err) {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// notWoken proves that ch received nothing from what the server published
+// before this call: it publishes a sentinel release of another key on the
+// channel (the Store's own channel ID, or "" for the broadcast one) and
+// waits for the Store s to receive it; messages on one subscription
+// arrive in the order the server published them.
+func notWoken(t *testing.T, c vk.Client, s *valkey.Store, prefix, id string, ch <-chan struct{}) {
+	t.Helper()
+	sentinel := leaseapi.MustKey("ns", "sentinel")
+	sch, stop := s.WatchRelease(sentinel)
+	defer stop()
+	channel := prefix + ":released"
+	if id != "" {
+		channel += ":" + id
+	}
+	if err := c.Do(t.Context(), c.B().Publish().Channel(channel).Message("ns/sentinel").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sentinel did not arrive within 10s")
+	}
+	select {
+	case <-ch:
+		t.Fatal("a Store that was not first in the queue was woken")
+	default:
+	}
+}
+
+// received waits for ch (10s at most: a notification takes milliseconds).
+func received(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no notification within 10s", what)
+	}
+}
+
+// TestReleaseWakesTheOldestQueuedStore queues three watching Stores on a
+// held key and shows that each release wakes exactly one, the one queued
+// longest: in the order they first found the key held, the others staying
+// queued and asleep; a grant made while others are queued is marked from
+// the start, and the last one is not.
+func TestReleaseWakesTheOldestQueuedStore(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	admin := newClient(t, addr)
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	k := leaseapi.MustKey("ns", "fifo")
+	var ws []*valkey.Store
+	var chans []<-chan struct{}
+	var ids []string
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		w := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+		warmWatch(t, w, holder)
+		ch, stop := w.WatchRelease(k)
+		t.Cleanup(stop)
+		markWaiting(t, w, k)
+		markWaiting(t, w, k) // a second attempt keeps its place
+		ws, chans, ids = append(ws, w), append(chans, ch), append(ids, valkey.StoreID(w))
+	}
+	if got := waitSet(t, admin, holder, k); !slices.Equal(got, ids) {
+		t.Fatalf("wait set %v, want %v (the order of the first attempts)", got, ids)
+	}
+	rel := holder
+	for turn, w := range ws {
+		if err := rel.Release(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+		received(t, chans[turn], "the Store queued longest")
+		for j := turn + 1; j < len(ws); j++ {
+			notWoken(t, admin, ws[j], prefix, ids[j], chans[j])
+		}
+		if got := waitSet(t, admin, holder, k); !slices.Equal(got, ids[turn+1:]) {
+			t.Fatalf("turn %d: wait set %v, want %v", turn, got, ids[turn+1:])
+		}
+		if rec, err = w.TryAcquire(t.Context(), k, "owner-w-"+strconv.Itoa(turn)+"-0123456789", 10*time.Second); err != nil {
+			t.Fatalf("turn %d: the woken Store's attempt: %v", turn, err)
+		}
+		marked := strings.Contains(leaseValue(t, admin, holder, k), "!")
+		if want := turn < len(ws)-1; marked != want {
+			t.Fatalf("turn %d: the grant is marked: %v, want %v (Stores still queued: %v)", turn, marked, want, want)
+		}
+		rel = w
+	}
+	if err := rel.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitSet(t, admin, holder, k); len(got) != 0 {
+		t.Fatalf("wait set %v after the last turn, want it gone", got)
+	}
+}
+
+// wakeSleeper is a real sleeper (a timer, cut short by the release watch
+// or ctx) that signals each pause (Sleeping, buffer 1, never blocking) and
+// counts the pauses a release notification cut short.
+type wakeSleeper struct {
+	Sleeping chan struct{}
+	woken    *atomic.Int64
+}
+
+func (s wakeSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	select {
+	case s.Sleeping <- struct{}{}:
+	default:
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+		s.woken.Add(1)
+	case <-tm.C:
+	}
+	return nil
+}
+
+// TestStaleHeadCostsOneRetry: the Store first in the wait set is gone
+// (closed while queued), so the release that pops it wakes nobody; the next
+// queued Store's waiter acquires on its retry timer, one retry interval
+// late, not woken, and the wait set is then empty (the stale entry popped,
+// the waiter's own removed by its grant).
+func TestStaleHeadCostsOneRetry(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	admin := newClient(t, addr)
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	gone := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	next := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, next, holder)
+	k := leaseapi.MustKey("ns", "stale-head")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := gone.WatchRelease(k)
+	markWaiting(t, gone, k)
+	stop()
+	gone.Close()
+
+	var woken atomic.Int64
+	sl := wakeSleeper{make(chan struct{}, 1), &woken}
+	c := storetest.NewClient(t, next, runtime.ClientOptions{Sleeper: sl})
+	const retry = 200 * time.Millisecond
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: time.Minute, Retry: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		h   *runtime.Handle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		h, err := c.Acquire(t.Context(), k, p)
+		done <- result{h, err}
+	}()
+	<-sl.Sleeping // its first attempt found the key held and queued it
+	if got, want := waitSet(t, admin, holder, k), []string{valkey.StoreID(gone), valkey.StoreID(next)}; !slices.Equal(got, want) {
+		t.Fatalf("wait set %v, want %v", got, want)
+	}
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the waiter behind the stale entry: %v", r.err)
+	}
+	defer func() { _ = r.h.Release(context.Background()) }()
+	if n := woken.Load(); n != 0 {
+		t.Fatalf("the waiter was woken %d times, want 0 (the release woke the stale head)", n)
+	}
+	if got := waitSet(t, admin, holder, k); len(got) != 0 {
+		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// TestMixedVersions runs Stores of this version with the previous
+// version's scripts (testdata/v1, by EVAL) on one prefix: a release of this
+// version wakes an old waiter (on "P:released") when no new Store is
+// queued and, when one is, wakes that one alone (the old waiter then
+// acquires on its retry timer); an old release wakes a queued new Store.
+func TestMixedVersions(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	admin := newClient(t, addr)
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	k := leaseapi.MustKey("ns", "mixed")
+	lease, token := holder.Keys(k)
+	ctx := t.Context()
+
+	// An old Store's subscription: the broadcast channel only.
+	old := newClient(t, addr)
+	oldWoken := make(chan string, 16)
+	sub, subCancel := context.WithCancel(ctx)
+	subDone := make(chan struct{})
+	subscribed := make(chan struct{}, 1)
+	go func() {
+		defer close(subDone)
+		hctx := vk.WithOnSubscriptionHook(sub, func(vk.PubSubSubscription) {
+			select {
+			case subscribed <- struct{}{}:
+			default:
+			}
+		})
+		_ = old.Receive(hctx, old.B().Subscribe().Channel(prefix+":released").Build(), func(m vk.PubSubMessage) {
+			oldWoken <- m.Message
+		})
+	}()
+	defer func() { subCancel(); <-subDone }()
+	<-subscribed
+	oldMark := func() { // an old waiter's contended attempt
+		t.Helper()
+		reply, err := old.Do(ctx, old.B().Eval().Script(v1AcquireWatching).Numkeys(2).Key(lease, token).Arg("owner-old-0123456789", "10000000", "0", "42").Build()).ToString()
+		if err != nil || reply != "2 42" {
+			t.Fatalf("the old waiter's attempt: %q, %v; want contended", reply, err)
+		}
+	}
+	oldGot := func(want string) {
+		t.Helper()
+		select {
+		case m := <-oldWoken:
+			if m != want {
+				t.Fatalf("the old Store received %q, want %q", m, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the old Store received nothing within 10s, want %q", want)
+		}
+	}
+	acquire := func() leaseapi.Record {
+		t.Helper()
+		rec, err := holder.TryAcquire(ctx, k, ownerA, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	ident := strings.TrimSuffix(strings.TrimPrefix(lease, prefix+":{"), "}:lease")
+
+	// An old waiter alone: the new release broadcasts.
+	rec := acquire()
+	oldMark()
+	if err := holder.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	oldGot(ident)
+
+	// A new waiter queued, an old one marked: the new Store alone is woken.
+	w := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, w, holder)
+	ch, stop := w.WatchRelease(k)
+	defer stop()
+	rec = acquire()
+	oldMark()
+	markWaiting(t, w, k)
+	if err := holder.Release(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, ch, "the queued new Store")
+	if err := admin.Do(ctx, admin.B().Publish().Channel(prefix+":released").Message("sentinel").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	oldGot("sentinel") // nothing before it: the old waiter was not woken
+
+	// A new waiter queued, an old release: the broadcast wakes it.
+	rec = acquire()
+	markWaiting(t, w, k)
+	expected := strconv.FormatInt(rec.GrantedTTL().Microseconds(), 10) + ":" + strconv.FormatUint(uint64(rec.Token), 10) + ":" + rec.Owner
+	reply, err := old.Do(ctx, old.B().Eval().Script(v1Release).Numkeys(1).Key(lease).Arg(expected, "43").Build()).ToString()
+	if err != nil || reply != "1 43" {
+		t.Fatalf("the old release: %q, %v; want released", reply, err)
+	}
+	received(t, ch, "the new Store, from an old release")
+	oldGot(ident)
+}
