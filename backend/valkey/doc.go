@@ -120,7 +120,10 @@
 // (WatchRelease; the runtime's waiting Acquire watches before its first
 // attempt) and found the key held sets the mark byte of the lease value
 // and queues the Store's id (random, 64 bits, one per Store) in the key's
-// wait set, unless it is queued already. The release of a marked grant
+// wait set, unless it is queued already; it queues only while the Store's
+// subscription is confirmed, since a Store that cannot hear its turn
+// would swallow it (unsubscribed, it only marks: TestDeafStoreDoesNotQueue).
+// The release of a marked grant
 // pops the wait set's oldest entry and PUBLISHes E on that Store's own
 // channel "P:released:ID"; only that Store wakes its watchers of the key
 // and sends an attempt, where every waiting Store used to (a herd of one

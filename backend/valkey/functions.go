@@ -59,7 +59,7 @@ type function struct {
 // libraryID is the digest of every script's source that names the library
 // and its functions.
 var libraryID = "lease_" + sha1hex(strings.Join([]string{
-	srcAcquire, srcAcquireWatching, srcRenew, srcRenewBatch, srcValidate,
+	srcAcquire, srcAcquireMarking, srcAcquireWatching, srcRenew, srcRenewBatch, srcValidate,
 	srcRelease, srcReleaseEnded, srcInspect, srcGuard,
 }, "\x00"))[:16]
 
@@ -70,6 +70,7 @@ func newFunction(op, src string) *function {
 // The functions; stateless, safe for concurrent use.
 var (
 	fnAcquire   = newFunction("acquire", srcAcquire)
+	fnMarking   = newFunction("acquire_marking", srcAcquireMarking)
 	fnWatching  = newFunction("acquire_watching", srcAcquireWatching)
 	fnRenew     = newFunction("renew", srcRenew)
 	fnBatch     = newFunction("renew_batch", srcRenewBatch)
@@ -78,7 +79,7 @@ var (
 	fnEnded     = newFunction("release_ended", srcReleaseEnded)
 	fnInspect   = newFunction("inspect", srcInspect)
 	fnGuard     = newFunction("guard", srcGuard)
-	libraryCode = library(fnAcquire, fnWatching, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard)
+	libraryCode = library(fnAcquire, fnMarking, fnWatching, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard)
 )
 
 // library is the FUNCTION LOAD text of fns: each script's body (after its

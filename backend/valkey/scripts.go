@@ -140,11 +140,27 @@ func fill(src string, oldnew ...string) string { return strings.NewReplacer(oldn
 // on every attempt as the test (about 2k instructions of 27k for a
 // contended attempt, callgrind), and srcAcquire stays the floor's shape.
 //
+// srcAcquireMarking is srcAcquire for a watching Store whose
+// subscription is not confirmed (not yet, or no longer): it marks the
+// grant as srcAcquireWatching does but queues nothing, since the Store
+// could not hear its turn and would swallow it; the release of a grant
+// marked with nobody queued is broadcast, which the Store hears once it
+// is subscribed again (or it retries on its timer).
+//
 // The contended check comes before TIME and the not-after bound: a
 // contended attempt writes nothing but the mark and the queue entry, so
 // it needs neither.
 var (
 	srcAcquire = "#!lua\n" + `if redis.call('EXISTS', KEYS[1]) == 1 then
+  return '2 ' .. ARGV[4]
+end
+` + fill(luaGrant, "$ID", "4", "$M", "':'")
+	srcAcquireMarking = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
+if v then
+  local i = string.find(v, '[:!]')
+  if i and string.byte(v, i) ~= 33 then
+    redis.call('SETRANGE', KEYS[1], i - 1, '!')
+  end
   return '2 ' .. ARGV[4]
 end
 ` + fill(luaGrant, "$ID", "4", "$M", "':'")

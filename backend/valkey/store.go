@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	vk "github.com/valkey-io/valkey-go"
@@ -112,6 +113,11 @@ type Store struct {
 	// listener is the subscriber goroutine (subscribe), started by the
 	// first WatchRelease and stopped by Close.
 	watches *watchhub.Hub[string, struct{}]
+	// listening is true while the subscription to the Store's own channel
+	// is confirmed: set by the subscriber's confirmation hook, cleared by
+	// the subscriber when the subscription ends. Only then does a
+	// watching attempt queue the Store.
+	listening atomic.Bool
 }
 
 // New returns a Store on client. It validates o and does no I/O: an
@@ -462,15 +468,25 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
-	switch watching := s.watches.Has(s.identOf(lk)); {
-	case s.waitReplicas > 0 && watching:
-		res, waitRes = s.execWithWait(ctx, fnWatching.sha, fnWatching.src, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+	f, queue := fnAcquire, false
+	if s.watches.Has(s.identOf(lk)) {
+		// Queue only while the subscription is confirmed: a Store that
+		// cannot hear its turn would swallow it (see "Release
+		// notification" in the package doc).
+		f, queue = fnMarking, s.listening.Load()
+		if queue {
+			f = fnWatching
+		}
+	}
+	switch {
+	case queue && s.waitReplicas > 0:
+		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+	case queue:
+		res = s.run(ctx, f, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
 	case s.waitReplicas > 0:
-		res, waitRes = s.execWithWait(ctx, fnAcquire.sha, fnAcquire.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
-	case watching:
-		res = s.run(ctx, fnWatching, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	default:
-		res = s.run(ctx, fnAcquire, []string{lk, tk}, []string{owner, ttlText, naText, ida})
+		res = s.run(ctx, f, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	}
 	status, payload, err := line(res, ida, op, true)
 	if err != nil {

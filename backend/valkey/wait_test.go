@@ -186,6 +186,7 @@ func TestStaleHeadCostsOneRetry(t *testing.T) {
 	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
 	gone := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
 	next := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, gone, holder)
 	warmWatch(t, next, holder)
 	k := leaseapi.MustKey("ns", "stale-head")
 	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
@@ -234,6 +235,42 @@ func TestStaleHeadCostsOneRetry(t *testing.T) {
 	}
 }
 
+// TestDeafStoreDoesNotQueue: a watching Store whose subscription is not
+// confirmed (here its ACL user may not SUBSCRIBE) marks the grant but does
+// not queue, since it could not hear its turn; the release of that grant
+// is broadcast.
+func TestDeafStoreDoesNotQueue(t *testing.T) {
+	addr := serverAddr(t)
+	admin := newClient(t, addr)
+	prefix := uniquePrefix()
+	user := "u-" + uniquePrefix()
+	aclUser(t, admin, user, "secret-pw", slices.DeleteFunc(storeRules(prefix), func(r string) bool { return r == "+subscribe" })...)
+	deaf := newStore(t, newClientOpt(t, vk.ClientOption{InitAddress: []string{addr}, Username: user, Password: "secret-pw"}), valkey.Options{Prefix: prefix})
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	k := leaseapi.MustKey("ns", "deaf")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := deaf.WatchRelease(k)
+	defer stop()
+	markWaiting(t, deaf, k)
+	if v := leaseValue(t, admin, holder, k); !strings.Contains(v, "!") {
+		t.Fatalf("lease value %q: the deaf Store's attempt did not mark it", v)
+	}
+	if got := waitSet(t, admin, holder, k); len(got) != 0 {
+		t.Fatalf("wait set %v: the deaf Store queued", got)
+	}
+	listener := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, listener, holder)
+	ch, stopL := listener.WatchRelease(k)
+	defer stopL()
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, ch, "a watching Store, from the broadcast release") // it never attempted: only the broadcast reaches it
+}
+
 // TestMixedVersions runs Stores of this version with the previous
 // version's scripts (testdata/v1, by EVAL) on one prefix: a release of this
 // version wakes an old waiter (on "P:released") when no new Store is
@@ -247,6 +284,11 @@ func TestMixedVersions(t *testing.T) {
 	k := leaseapi.MustKey("ns", "mixed")
 	lease, token := holder.Keys(k)
 	ctx := t.Context()
+
+	// A new Store, subscribed before the old Store's subscription starts
+	// (its warm-up releases may be broadcast).
+	w := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, w, holder)
 
 	// An old Store's subscription: the broadcast channel only.
 	old := newClient(t, addr)
@@ -305,8 +347,6 @@ func TestMixedVersions(t *testing.T) {
 	oldGot(ident)
 
 	// A new waiter queued, an old one marked: the new Store alone is woken.
-	w := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
-	warmWatch(t, w, holder)
 	ch, stop := w.WatchRelease(k)
 	defer stop()
 	rec = acquire()

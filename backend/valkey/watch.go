@@ -85,7 +85,13 @@ func (s *Store) subscribe(ctx context.Context) {
 	// once per channel: the broadcast channel's confirmation counts.
 	var confirmed atomic.Int64
 	hctx := vk.WithOnSubscriptionHook(ctx, func(sub vk.PubSubSubscription) {
-		if sub.Kind == "subscribe" && sub.Channel == s.channel && confirmed.Add(1) > 1 {
+		if sub.Kind != "subscribe" {
+			return
+		}
+		if sub.Channel == s.own {
+			s.listening.Store(true)
+		}
+		if sub.Channel == s.channel && confirmed.Add(1) > 1 {
 			s.watches.NotifyAll()
 		}
 	})
@@ -96,6 +102,7 @@ func (s *Store) subscribe(ctx context.Context) {
 		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel, s.own).Build(), func(m vk.PubSubMessage) {
 			s.watches.Notify(m.Message)
 		})
+		s.listening.Store(false)
 		done()
 		if ctx.Err() != nil {
 			return
