@@ -82,22 +82,25 @@ func NewCeil(parent context.Context) *Shared { return &Shared{parent: parent, up
 // wall and monotonic readings of two time.Now calls differ), whatever the
 // wall clock does; a step of the wall clock only moves the slots.
 func (ds *Shared) Context(sentAt time.Time, d time.Duration) context.Context {
+	// The slot is found in integer wall nanoseconds (the monotonic part
+	// of two readings jitters); only a slot not cached yet costs the
+	// time.Time arithmetic of its deadline.
 	q := slotOf(d)
-	end := sentAt.Add(d)
-	r := time.Duration(end.UnixNano() % int64(q))
+	end := sentAt.UnixNano() + int64(d)
+	r := time.Duration(end % int64(q))
 	if r < 0 {
 		r += q
 	}
-	at := end.Add(-r)
+	off := d - r // from sentAt to the slot's end of the call
 	if ds.up && r != 0 {
-		at = at.Add(q)
+		off += q
 	}
-	slot := at.UnixNano() // wall: the monotonic part of two readings jitters
+	slot := end - int64(d-off)
 	if e := ds.cur.Load(); e != nil && e.slot == slot {
 		return e.ctx
 	}
 	e := &slotContext{slot: slot}
-	e.ctx, e.cancel = context.WithDeadline(ds.parent, at)
+	e.ctx, e.cancel = context.WithDeadline(ds.parent, sentAt.Add(off))
 	ds.cur.Store(e)
 	return e.ctx
 }
