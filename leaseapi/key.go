@@ -94,8 +94,23 @@ func (k Key) Check() error {
 // names of their own (cache names, prefixes).
 func CleanText(s string) bool { return cleanText(s) }
 
-// cleanText reports valid UTF-8 without ASCII control bytes or DEL.
+// cleanText reports valid UTF-8 without ASCII control bytes or DEL. The
+// printable ASCII bytes (every byte of an owner id the runtime draws)
+// pass with one comparison each; the rest of the string from the first
+// other byte on is checked in full. Every acquisition and release checks
+// its owner id, so this is on the pair's path
+// (TestCleanTextIsValidUTF8WithoutControls pins the rule).
 func cleanText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i]-0x20 >= 0x7f-0x20 { // not ' ' to '~'
+			return cleanTail(s[i:])
+		}
+	}
+	return true
+}
+
+// cleanTail is cleanText for any string.
+func cleanTail(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
