@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	goruntime "runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -183,9 +185,9 @@ func TestPoolLastLeaseRace(t *testing.T) {
 	})
 }
 
-// TestPoolLifeEnds: when life ends, every parked goroutine exits at once
-// (Config.Wait returns without any time passing), while the lease still
-// held is released on close.
+// TestPoolLifeEnds: when life ends, the lease still held is released on
+// close and, the last to end, dismisses every parked goroutine at once
+// (Config.Wait returns without any time passing).
 func TestPoolLifeEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newPoolRig(t)
@@ -201,6 +203,39 @@ func TestPoolLifeEnds(t *testing.T) {
 			t.Fatalf("the lease held at close is %v, want released", st)
 		}
 	})
+}
+
+// TestPoolActorGoexit: an actor whose goroutine ends inside a backend
+// call (runtime.Goexit, as a test backend's t.FailNow would) is still
+// counted out, so that the goroutines parked meanwhile are dismissed once
+// the other leases end, without the Config's life ending (a parked
+// goroutine waits for its dismissal alone: synctest.Test would fail with
+// it blocked, and Wait would not return).
+func TestPoolActorGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newPoolRig(t)
+		r.cfg.Renewer = goexitRenewer{}
+		held := r.start(t, 100)
+		gone := r.start(t, 0)
+		if err := gone.Renew(context.Background()); !errors.Is(err, leaseapi.ErrLost) {
+			t.Fatalf("renew whose call ended the actor's goroutine: got %v, want ErrLost", err)
+		}
+		<-gone.Done()
+		release(t, r.start(t, 1))
+		r.wantParked(t, 1, "while a lease is held")
+		release(t, held)
+		r.cfg.Wait()
+		r.wantParked(t, 0, "after the last lease")
+		r.stop()
+	})
+}
+
+// goexitRenewer ends the goroutine that calls it.
+type goexitRenewer struct{}
+
+func (goexitRenewer) Renew(context.Context, leaseapi.Record, time.Duration) (leaseapi.Record, error) {
+	goruntime.Goexit()
+	return leaseapi.Record{}, nil
 }
 
 // TestNoPoolOffWallClock: any other clock has no pool: each actor runs on
