@@ -11,8 +11,18 @@ import (
 	"github.com/leasekit/lease/leaseapi"
 )
 
-// maxBatch bounds the renewals sent in one RenewBatch call.
-const maxBatch = 256
+// maxBatch bounds the renewals sent in one RenewBatch call. 1,024 rather
+// than 256: with more renewals due than the backend serves, fewer and
+// larger calls cost less per renewal (one round trip, one context and one
+// sender wake-up for four of Valkey's 256-renewal scripts, or one
+// PostgreSQL statement). Interleaved in one process, 10,000 managed
+// leases with RenewEvery 1 ms (bench, renew, managed), 1,024 against
+// 256: client CPU per renewal 6.1–7.9 µs against 7.7–8.9 µs on Valkey
+// (three runs of six windows each), 9.2–10.2 µs against 10.4–11.6 µs on
+// PostgreSQL (two runs), and renewals/s 17.5k–42.8k against 16.1k–32.0k
+// on PostgreSQL. A batcher's scratch space grows to the batches it
+// forms, not to maxBatch.
+const maxBatch = 1024
 
 // senders is how many RenewBatch calls of one client may be in flight at
 // once: the goroutines that send them. One batch at a time left the
@@ -222,7 +232,7 @@ func (b *batcher) wait() {
 // order, while the queue is not empty, and sends them.
 func (b *batcher) send() {
 	defer b.running.Done()
-	bt := batch{elems: make([]*renewReq, 0, maxBatch), reqs: make([]leaseapi.RenewRequest, 0, maxBatch)}
+	var bt batch // its slices grow to the largest batch taken, and are reused
 	for {
 		select {
 		case <-b.wake:
