@@ -2,6 +2,7 @@ package valkey_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -134,6 +135,9 @@ func TestCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			markWaiting(t, waiter, k)
+			if got := waitSet(t, c, holder, k); !slices.Equal(got, []string{valkey.StoreID(waiter)}) {
+				t.Fatalf("key %d: wait set %v, want the waiter queued", i, got)
+			}
 			if err := holder.Release(t.Context(), rec); err != nil {
 				t.Fatal(err)
 			}
@@ -141,6 +145,9 @@ func TestCluster(t *testing.T) {
 			case <-ch:
 			case <-time.After(2 * time.Second):
 				t.Fatalf("key %d: no release notification within 2s", i)
+			}
+			if got := waitSet(t, c, holder, k); len(got) != 0 {
+				t.Fatalf("key %d: wait set %v after the release, want it popped", i, got)
 			}
 			stop()
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasekit/lease/backend/valkey"
 	"github.com/leasekit/lease/internal/backendtest/storetest"
+	"github.com/leasekit/lease/internal/testserver"
 	"github.com/leasekit/lease/leaseapi"
 	"github.com/leasekit/lease/runtime"
 )
@@ -232,6 +233,43 @@ func TestStaleHeadCostsOneRetry(t *testing.T) {
 	}
 	if got := waitSet(t, admin, holder, k); len(got) != 0 {
 		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// TestQueueByEvalsha: the queue works the same when the Stores run their
+// scripts by EVALSHA (their ACL user may not use functions).
+func TestQueueByEvalsha(t *testing.T) {
+	srv := privateServer(t, testserver.RedisOptions{})
+	admin := newClient(t, srv.Addr())
+	prefix := uniquePrefix()
+	user := "u-" + uniquePrefix()
+	rules := storeRules(prefix)
+	aclUser(t, admin, user, "secret-pw", rules[:len(rules)-len(functionRules)]...)
+	store := func() *valkey.Store {
+		return newStore(t, newClientOpt(t, vk.ClientOption{InitAddress: []string{srv.Addr()}, Username: user, Password: "secret-pw"}), valkey.Options{Prefix: prefix})
+	}
+	holder, w := store(), store()
+	warmWatch(t, w, holder)
+	k := leaseapi.MustKey("ns", "evalsha")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := w.WatchRelease(k)
+	defer stop()
+	markWaiting(t, w, k)
+	if got := waitSet(t, admin, holder, k); !slices.Equal(got, []string{valkey.StoreID(w)}) {
+		t.Fatalf("wait set %v, want the waiter queued", got)
+	}
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, ch, "the queued Store")
+	if got := waitSet(t, admin, holder, k); len(got) != 0 {
+		t.Fatalf("wait set %v after the release, want it popped", got)
+	}
+	if calls, _ := commandCalls(t, admin, "fcall"); calls != 0 {
+		t.Fatalf("%d FCALL ran, want none (the user may not)", calls)
 	}
 }
 
