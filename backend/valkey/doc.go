@@ -139,8 +139,10 @@
 //
 // The order is FIFO among Stores: a queued Store is woken before every
 // Store queued after it, so a waiter's turn comes after at most one
-// release per Store ahead of it (a Store woken in its turn that loses the
-// race to a poller queues again, at the back). Several waiters on one key
+// release per Store ahead of it. A Store woken in its turn whose attempt
+// finds the key taken (by a waiter whose retry timer fired, or by a
+// TryAcquire that does not wait) queues again at the front, so the next
+// release is its turn again (TestWokenStoreKeepsItsTurn). Several waiters on one key
 // in one Store share its entry and are woken together. A queued Store
 // that stopped waiting (its Acquire ended, its Store closed, its process
 // died) stays queued until a release pops it: that release wakes nobody,

@@ -59,7 +59,7 @@ type function struct {
 // libraryID is the digest of every script's source that names the library
 // and its functions.
 var libraryID = "lease_" + sha1hex(strings.Join([]string{
-	srcAcquire, srcAcquireMarking, srcAcquireWatching, srcRenew, srcRenewBatch, srcValidate,
+	srcAcquire, srcAcquireMarking, srcAcquireWatching, srcAcquireTurn, srcRenew, srcRenewBatch, srcValidate,
 	srcRelease, srcReleaseEnded, srcInspect, srcGuard,
 }, "\x00"))[:16]
 
@@ -72,6 +72,7 @@ var (
 	fnAcquire   = newFunction("acquire", srcAcquire)
 	fnMarking   = newFunction("acquire_marking", srcAcquireMarking)
 	fnWatching  = newFunction("acquire_watching", srcAcquireWatching)
+	fnTurn      = newFunction("acquire_turn", srcAcquireTurn)
 	fnRenew     = newFunction("renew", srcRenew)
 	fnBatch     = newFunction("renew_batch", srcRenewBatch)
 	fnValidate  = newFunction("validate", srcValidate)
@@ -79,7 +80,7 @@ var (
 	fnEnded     = newFunction("release_ended", srcReleaseEnded)
 	fnInspect   = newFunction("inspect", srcInspect)
 	fnGuard     = newFunction("guard", srcGuard)
-	libraryCode = library(fnAcquire, fnMarking, fnWatching, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard)
+	libraryCode = library(fnAcquire, fnMarking, fnWatching, fnTurn, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard)
 )
 
 // library is the FUNCTION LOAD text of fns: each script's body (after its

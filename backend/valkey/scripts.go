@@ -164,14 +164,29 @@ if v then
   return '2 ' .. ARGV[4]
 end
 ` + fill(luaGrant, "$ID", "4", "$M", "':'")
-	srcAcquireWatching = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
+	srcAcquireWatching = fill(luaWatching, "$QUEUE", `local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[3], 'NX', string.format('%d', t[1] * 1000000 + t[2]), ARGV[4])`) + fill(luaGrant, "$ID", "5", "$M", "m")
+	srcAcquireTurn = fill(luaWatching, "$QUEUE", `redis.call('ZADD', KEYS[3], 'LT', '0', ARGV[4])`) + fill(luaGrant, "$ID", "5", "$M", "m")
+)
+
+// luaWatching is srcAcquireWatching and srcAcquireTurn but for the
+// statement $QUEUE that queues the Store.
+//
+// srcAcquireTurn is the attempt of a Store that a release woke in its
+// turn (popped from the wait set): if it finds the key held (another
+// attempt took the key first: a waiter whose retry timer fired, or a
+// newcomer), it queues at the front, score 0 (ZADD LT: added, or moved
+// forward if an attempt of its own queued it meanwhile), so that its turn
+// is the next release rather than the end of the queue. A Store that was
+// woken and has gone costs the next release (one retry interval of the
+// others), as any stale entry does.
+const luaWatching = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
 if v then
   local i = string.find(v, '[:!]')
   if i and string.byte(v, i) ~= 33 then
     redis.call('SETRANGE', KEYS[1], i - 1, '!')
   end
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[3], 'NX', string.format('%d', t[1] * 1000000 + t[2]), ARGV[4])
+  $QUEUE
   return '2 ' .. ARGV[5]
 end
 local m = ':'
@@ -181,8 +196,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     m = '!'
   end
 end
-` + fill(luaGrant, "$ID", "5", "$M", "m")
-)
+`
 
 // luaGrant is the acquire scripts' grant of a free key: the id in
 // ARGV[$ID], the value's mark byte in the expression $M.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -118,6 +119,36 @@ type Store struct {
 	// the subscriber when the subscription ends. Only then does a
 	// watching attempt queue the Store.
 	listening atomic.Bool
+
+	// turnsMu guards turns: the idents of the keys whose release woke this
+	// Store in its turn (a message on its own channel while it watched the
+	// key), each until its next watching attempt on the key, which then
+	// queues at the front if it finds the key held (srcAcquireTurn). Set
+	// by the subscriber's message callback, taken by TryAcquire.
+	turnsMu sync.Mutex
+	turns   map[string]struct{}
+}
+
+// giveTurn records that a release woke the Store in its turn for ident.
+func (s *Store) giveTurn(ident string) {
+	s.turnsMu.Lock()
+	if s.turns == nil {
+		s.turns = make(map[string]struct{})
+	}
+	s.turns[ident] = struct{}{}
+	s.turnsMu.Unlock()
+}
+
+// takeTurn reports whether a release woke the Store in its turn for ident
+// since its last watching attempt on it, and forgets it.
+func (s *Store) takeTurn(ident string) bool {
+	s.turnsMu.Lock()
+	defer s.turnsMu.Unlock()
+	_, ok := s.turns[ident]
+	if ok {
+		delete(s.turns, ident)
+	}
+	return ok
 }
 
 // New returns a Store on client. It validates o and does no I/O: an
@@ -473,8 +504,12 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 		// Queue only while the subscription is confirmed: a Store that
 		// cannot hear its turn would swallow it (see "Release
 		// notification" in the package doc).
+		turn := s.takeTurn(s.identOf(lk))
 		f, queue = fnMarking, s.listening.Load()
-		if queue {
+		switch {
+		case queue && turn:
+			f = fnTurn
+		case queue:
 			f = fnWatching
 		}
 	}

@@ -150,6 +150,53 @@ func TestReleaseWakesTheOldestQueuedStore(t *testing.T) {
 	}
 }
 
+// TestWokenStoreKeepsItsTurn: a Store woken in its turn whose attempt finds
+// the key taken (by a TryAcquire that did not wait) queues again at the
+// front, so the next release is its turn again, not that of the Store
+// queued behind it.
+func TestWokenStoreKeepsItsTurn(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	admin := newClient(t, addr)
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	a := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	b := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, a, holder)
+	warmWatch(t, b, holder)
+	k := leaseapi.MustKey("ns", "turn")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cha, stopA := a.WatchRelease(k)
+	defer stopA()
+	chb, stopB := b.WatchRelease(k)
+	defer stopB()
+	markWaiting(t, a, k)
+	markWaiting(t, b, k)
+	ida, idb := valkey.StoreID(a), valkey.StoreID(b)
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, cha, "the Store queued first")
+	if rec, err = holder.TryAcquire(t.Context(), k, ownerB, 10*time.Second); err != nil { // takes the key first
+		t.Fatal(err)
+	}
+	markWaiting(t, a, k)
+	if got := waitSet(t, admin, holder, k); !slices.Equal(got, []string{ida, idb}) {
+		t.Fatalf("wait set %v, want %v: the woken Store back at the front", got, []string{ida, idb})
+	}
+	markWaiting(t, a, k) // a later attempt keeps the place, and does not move it
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, cha, "the Store whose turn it still is")
+	notWoken(t, admin, b, prefix, idb, chb)
+	if got := waitSet(t, admin, holder, k); !slices.Equal(got, []string{idb}) {
+		t.Fatalf("wait set %v, want %v", got, []string{idb})
+	}
+}
+
 // wakeSleeper is a real sleeper (a timer, cut short by the release watch
 // or ctx) that signals each pause (Sleeping, buffer 1, never blocking) and
 // counts the pauses a release notification cut short.

@@ -100,6 +100,9 @@ func (s *Store) subscribe(ctx context.Context) {
 		start := time.Now()
 		dc, done := s.client.Dedicate()
 		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel, s.own).Build(), func(m vk.PubSubMessage) {
+			if m.Channel == s.own && s.watches.Has(m.Message) {
+				s.giveTurn(m.Message) // before the wake-up, which its attempt follows
+			}
 			s.watches.Notify(m.Message)
 		})
 		s.listening.Store(false)
