@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 // leader crashes another leads within TTL + Retry (plus scheduling slack);
 // after a clean Stop within one Retry (release notification: Valkey
 // pub/sub, PostgreSQL LISTEN/NOTIFY). The slack is 300ms of round trips
-// plus three times the worst timer lateness seen meanwhile (lagProbe), so
+// plus three times the worst timer lateness seen meanwhile (backendtest.LagProbe), so
 // a loaded machine widens the bound by what it delays this process, and an
 // idle one keeps it tight.
 func TestRealBackendHandOff(t *testing.T) {
@@ -32,7 +31,7 @@ func realHandOff(t *testing.T, backend backendtest.NewBackend) {
 	p := backendtest.Policy(t, leaseapi.PolicyOptions{TTL: time.Second, SafetyMargin: 200 * time.Millisecond, RenewEvery: 250 * time.Millisecond,
 		Retry: 100 * time.Millisecond, Wait: 5 * time.Second, OperationTimeout: 300 * time.Millisecond})
 	const slack = 300 * time.Millisecond // real round trips on an idle machine
-	lag := startLagProbe(t)
+	lag := backendtest.StartLagProbe(t)
 	type cand struct {
 		name   string
 		faulty *simtest.Faulty
@@ -74,19 +73,19 @@ func realHandOff(t *testing.T, backend backendtest.NewBackend) {
 		t.Helper()
 		began := time.Now()
 		for {
-			bound := within + slack + 3*lag.worst()
+			bound := within + slack + 3*lag.Worst()
 			tm := time.NewTimer(bound - time.Since(began))
 			select {
 			case c := <-started:
 				tm.Stop()
 				took := time.Since(began)
-				if bound = within + slack + 3*lag.worst(); took > bound {
+				if bound = within + slack + 3*lag.Worst(); took > bound {
 					t.Fatalf("new leader after %v, want within %v", took, bound)
 				}
 				return c, took
 			case <-tm.C:
-				if time.Since(began) >= within+slack+3*lag.worst() {
-					t.Fatalf("no new leader within %v (timer lateness up to %v)", time.Since(began), lag.worst())
+				if time.Since(began) >= within+slack+3*lag.Worst() {
+					t.Fatalf("no new leader within %v (timer lateness up to %v)", time.Since(began), lag.Worst())
 					return nil, 0
 				}
 				// The bound grew meanwhile: wait for the rest.
@@ -110,45 +109,4 @@ func realHandOff(t *testing.T, backend backendtest.NewBackend) {
 		t.Fatalf("leader %s after the clean stop of %s", third.name, second.name)
 	}
 	t.Logf("take-over after a clean stop: %v", took.Round(time.Millisecond))
-}
-
-// lagProbe measures how late this process's timers fire (the machine's
-// load as this test sees it): a goroutine sleeps 5ms at a time and keeps
-// the worst overshoot. It stops at the test's cleanup.
-type lagProbe struct {
-	mu  sync.Mutex
-	max time.Duration
-}
-
-func (l *lagProbe) worst() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.max
-}
-
-func startLagProbe(t *testing.T) *lagProbe {
-	l := &lagProbe{}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() { // exits at cleanup
-		defer close(done)
-		const step = 5 * time.Millisecond
-		tm := time.NewTimer(step)
-		defer tm.Stop()
-		for at := time.Now(); ; {
-			select {
-			case <-quit:
-				return
-			case <-tm.C:
-			}
-			if over := time.Since(at) - step; over > 0 {
-				l.mu.Lock()
-				l.max = max(l.max, over)
-				l.mu.Unlock()
-			}
-			at = time.Now()
-			tm.Reset(step)
-		}
-	}()
-	t.Cleanup(func() { close(quit); <-done })
-	return l
 }

@@ -8,7 +8,7 @@
 // own ([ForEachReal]); the start–stop contract the integrations share
 // ([CheckStartStop], [Start]); and the small helpers every integration's
 // tests repeat ([Policy], [WantKind], [MemoryStore], [FaultyClient], [Log],
-// [Pause], [RandomName]).
+// [Pause], [RandomName], [LagProbe]).
 //
 // When a server is neither given by the environment (LEASE_TEST_VALKEY_ADDR,
 // LEASE_TEST_POSTGRES_URL) nor can be started from PATH, the tests that need
