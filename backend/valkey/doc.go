@@ -84,9 +84,9 @@
 // limited to the Store's keys and channel ("~P:*" and "&P:*") and to the
 // commands the Store and its scripts run (+evalsha +eval +subscribe +ping
 // +time +get +mget +set +setrange +exists +incr +del +publish +pexpireat
-// +pexpiretime +zadd +zrem +zpopmin, plus +wait for [Options.WaitReplicas], and +fcall
-// +function|load to run the scripts as functions) can run it, and
-// "SCAN MATCH P:*" lists its keys (both tested; without +fcall and
+// +pexpiretime +zadd +zrem +zpopmin, plus +wait for [Options.WaitReplicas],
+// and +fcall +function|load to run the scripts as functions) can run it,
+// and "SCAN MATCH P:*" lists its keys (both tested; without +fcall and
 // +function|load the Store runs its scripts by EVALSHA).
 //
 // # Functions
@@ -118,41 +118,40 @@
 // Release notification wakes one waiting Store per release, the one that
 // has waited longest. A TryAcquire made while its Store watches the key
 // (WatchRelease; the runtime's waiting Acquire watches before its first
-// attempt) and found the key held sets the mark byte of the lease value
-// and queues the Store's id (random, 64 bits, one per Store) in the key's
-// wait set, unless it is queued already; it queues only while the Store's
-// subscription is confirmed, since a Store that cannot hear its turn
-// would swallow it (unsubscribed, it only marks: TestDeafStoreDoesNotQueue).
-// The release of a marked grant
-// pops the wait set's oldest entry and PUBLISHes E on that Store's own
-// channel "P:released:ID"; only that Store wakes its watchers of the key
-// and sends an attempt, where every waiting Store used to (a herd of one
-// winner and a loser per other waiting Store). A grant made by a watching
-// Store's attempt takes that Store out of the wait set and is marked from
-// the start while other Stores remain queued (they sleep, so none of them
-// would mark it). An unmarked release touches neither and publishes
-// nothing: it is as cheap as it was before the wait set. A release that
-// finds the grant marked but nobody queued (the mark of a Store of an
-// older version of this package, which queues nothing) PUBLISHes E on
-// "P:released", which every Store subscribes to as well and answers by
-// waking all its watchers of the key, as older versions do.
+// attempt) and found the key held sets the mark byte of the lease value and
+// queues the Store's id (random, 64 bits, one per Store) in the key's wait
+// set, unless it is queued already; it queues only while the Store's
+// subscription is confirmed, since a Store that cannot hear its turn would
+// swallow it (unsubscribed, it only marks: TestDeafStoreDoesNotQueue). The
+// release of a marked grant pops the wait set's oldest entry and PUBLISHes
+// E on that Store's own channel "P:released:ID"; only that Store wakes its
+// watchers of the key and sends an attempt, where every waiting Store used
+// to (a herd of one winner and a loser per other waiting Store). A grant
+// made by a watching Store's attempt takes that Store out of the wait set
+// and is marked from the start while other Stores remain queued (they
+// sleep, so none of them would mark it). An unmarked release touches
+// neither and publishes nothing: it is as cheap as it was before the wait
+// set. A release that finds the grant marked but nobody queued (the mark of
+// a Store of an older version of this package, which queues nothing)
+// PUBLISHes E on "P:released", which every Store subscribes to as well and
+// answers by waking all its watchers of the key, as older versions do.
 //
 // The order is FIFO among Stores: a queued Store is woken before every
-// Store queued after it, so a waiter's turn comes after at most one
-// release per Store ahead of it. A Store woken in its turn whose attempt
-// finds the key taken (by a waiter whose retry timer fired, or by a
-// TryAcquire that does not wait) queues again at the front, so the next
-// release is its turn again (TestWokenStoreKeepsItsTurn). Several waiters on one key
-// in one Store share its entry and are woken together. A queued Store
-// that stopped waiting (its Acquire ended, its Store closed, its process
-// died) stays queued until a release pops it: that release wakes nobody,
-// and the next queued Store learns of it from its retry timer, so each
-// such entry costs the waiters at most one retry interval, once
-// (TestStaleHeadCostsOneRetry). Entries of a Store that got the key
-// without being woken are removed by its grant; those of Stores gone for
-// good are removed by the releases that pop them, one per release, and
-// otherwise stay (about 30 bytes each, in a key that exists only while
-// someone is queued).
+// Store queued after it, so a waiter's turn comes after at most one release
+// per Store ahead of it. A Store woken in its turn whose attempt finds the
+// key taken (by a waiter whose retry timer fired, or by a TryAcquire that
+// does not wait) queues again at the front, so the next release is its turn
+// again (TestWokenStoreKeepsItsTurn). Several waiters on one key in one
+// Store share its entry and are woken together. A queued Store that stopped
+// waiting (its Acquire ended, its Store closed, its process died) stays
+// queued until a release pops it: that release wakes nobody, and the next
+// queued Store learns of it from its retry timer, so each such entry costs
+// the waiters at most one retry interval, once
+// (TestStaleHeadCostsOneRetry). Entries of a Store that got the key without
+// being woken are removed by its grant; those of Stores gone for good are
+// removed by the releases that pop them, one per release, and otherwise
+// stay (about 30 bytes each, in a key that exists only while someone is
+// queued).
 //
 // Mixed versions. Stores of the previous version of this package (which
 // mark but do not queue, and whose release publishes E on "P:released")
@@ -253,9 +252,9 @@
 // writes nothing, not even the token counter, and answers "late" with the
 // server's time. A caller still waiting gets [leaseapi.ErrBackendUnavailable]
 // ("not applied"): a definite answer, not an ambiguous one. (An
-// acquisition that finds the key held answers "contended" without reading
-// TIME: it writes nothing but, for a watching Store, the release mark,
-// which is harmless late or not.)
+// acquisition that finds the key held answers "contended" without checking
+// the bound: it writes nothing but, for a watching Store, the release mark
+// and the Store's wait-set entry, which are harmless late or not.)
 //
 // The translation needs no synchronised clocks, only clocks that run at
 // the same rate. Every reply to an acquisition or renewal carries the
