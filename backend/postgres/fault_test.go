@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,12 +139,14 @@ func TestFaultBlackhole(t *testing.T) {
 	px, purl := newProxy(t, url)
 	// A connect timeout bounds connection attempts started during the
 	// partition (pgx has none by default); see the package doc.
-	s, _ := newStore(t, url, newPool(t, purl, func(c *pgxpool.Config) { c.ConnConfig.ConnectTimeout = time.Second }))
+	var partitioned atomic.Bool
+	s, _ := newStore(t, url, newPool(t, purl, partitionConnect(&partitioned)))
 	k := leaseapi.MustKey("blackhole", "k")
 	rec, err := s.TryAcquire(t.Context(), k, "owner", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	partitioned.Store(true)
 	px.Blackhole()
 	const bound = 300 * time.Millisecond
 	for _, tc := range []struct {
@@ -178,6 +181,7 @@ func TestFaultBlackhole(t *testing.T) {
 	}
 	// Heal: stale connections are reset, new ones pass.
 	px.Pass()
+	partitioned.Store(false)
 	px.ResetAll()
 	var last error
 	for range 10 {

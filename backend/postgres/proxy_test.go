@@ -1,9 +1,14 @@
 package postgres_test
 
 import (
+	"context"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/internal/faultproxy"
 )
@@ -37,5 +42,23 @@ func waitCut(t testing.TB, cut <-chan struct{}) {
 	case <-cut:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cut did not fire within 10s")
+	}
+}
+
+// partitionConnect gives the pool's connection attempts a connect timeout
+// of one second while partitioned is set (pgx has none by default), so
+// that attempts started during a blackhole end instead of holding pool
+// slots until TCP gives up. Attempts before the partition have none: on a
+// loaded machine a connection through the proxy can take longer than a
+// second to set up (a Migrate of the test's setup failed so, "timed out"
+// after 1.01s), and setup is not what these tests bound.
+func partitionConnect(partitioned *atomic.Bool) func(*pgxpool.Config) {
+	return func(c *pgxpool.Config) {
+		c.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+			if partitioned.Load() {
+				cc.ConnectTimeout = time.Second
+			}
+			return nil
+		}
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasekit/lease/backend/postgres"
 	"github.com/leasekit/lease/internal/backendtest/storetest"
@@ -148,7 +148,8 @@ func TestRuntimeFailsClosedDuringBlackhole(t *testing.T) {
 	t.Parallel()
 	url := dbURL(t)
 	px, purl := newProxy(t, url)
-	s, opts := newStore(t, url, newPool(t, purl, func(c *pgxpool.Config) { c.ConnConfig.ConnectTimeout = time.Second }))
+	var partitioned atomic.Bool
+	s, opts := newStore(t, url, newPool(t, purl, partitionConnect(&partitioned)))
 	ctx := t.Context()
 	c := storetest.NewClient(t, s, runtime.ClientOptions{})
 	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{
@@ -167,6 +168,7 @@ func TestRuntimeFailsClosedDuringBlackhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	partitioned.Store(true)
 	px.Blackhole()
 	cut := time.Now()
 	var loss runtime.Loss
@@ -187,6 +189,7 @@ func TestRuntimeFailsClosedDuringBlackhole(t *testing.T) {
 	t.Logf("loss after %v: %v (%v)", time.Since(cut), loss.State, loss.Err)
 
 	px.Pass()
+	partitioned.Store(false)
 	px.ResetAll()
 	other, err := postgres.New(newPool(t, url), opts)
 	if err != nil {
