@@ -130,14 +130,17 @@ type effects struct {
 	closeErr  error // the release on close failed or could not be confirmed
 }
 
-// core is the actor's whole state; only step changes it.
+// core is the actor's whole state; only step changes it. Its one-byte
+// fields sit together, after the others: a lease's Handle and Supervisor
+// are one allocation, which must stay within 760 bytes
+// (runtime's TestHandleSizeClass).
 type core struct {
 	view        View // what is published (a copy) after each change
-	everManaged bool // StartManaged succeeded once: a second is refused
 	renewDue    time.Time
 	calling     op      // the call in flight (0: none)
 	caller      request // the request awaiting that call's outcome (0: none)
 	closing     bool    // the call in flight is the release on close
+	everManaged bool    // StartManaged succeeded once: a second is refused
 }
 
 // newCore is the state of a fresh grant.
