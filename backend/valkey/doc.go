@@ -142,16 +142,35 @@
 // key taken (by a waiter whose retry timer fired, or by a TryAcquire that
 // does not wait) queues again at the front, so the next release is its turn
 // again (TestWokenStoreKeepsItsTurn). Several waiters on one key in one
-// Store share its entry and are woken together. A queued Store that stopped
-// waiting (its Acquire ended, its Store closed, its process died) stays
-// queued until a release pops it: that release wakes nobody, and the next
-// queued Store learns of it from its retry timer, so each such entry costs
-// the waiters at most one retry interval, once
-// (TestStaleHeadCostsOneRetry). Entries of a Store that got the key without
-// being woken are removed by its grant; those of Stores gone for good are
-// removed by the releases that pop them, one per release, and otherwise
-// stay (about 30 bytes each, in a key that exists only while someone is
-// queued).
+// Store share its entry and are woken together.
+//
+// A queued Store whose waiters stopped waiting while it stays alive (their
+// Acquire ended by ctx or MaxWait while the key was held) stays queued, and
+// passes on the turn a release gives it for a key it no longer watches: on
+// a goroutine of its own (the subscriber never waits on the network), one
+// script (srcPassTurn) pops the next entry and PUBLISHes E on that Store's
+// channel if the key is free, or, if it was taken meanwhile and Stores are
+// still queued, marks the grant so that its release wakes the next. The
+// Store behind a withdrawn one is thus woken by the same release, one
+// round trip later, not by its retry timer
+// (TestWithdrawnStoresPassTheTurn). A Store that watches the key again
+// before its pass runs keeps the turn instead: its new watch's attempt
+// follows the release (TestRewatchBeforeThePass). Passing at the turn was
+// chosen over leaving the queue when the last watch stops (ZREM): it
+// costs nothing on any path but the withdrawn Store's turn (no work in
+// stop, no bookkeeping of the keys a Store is queued for), and it has no
+// window in which a release pops an entry whose ZREM is in flight, nor a
+// ZREM that removes the entry a new watch's attempt just made.
+//
+// A Store that cannot pass its turn (closed, its process died, the pass
+// failed or was dropped by Close: TestCloseDropsThePass) costs the next
+// queued Store its retry interval once (TestStaleHeadCostsOneRetry), as
+// does a turn delivered to a watch that stops before its attempt
+// (TestTurnToAStoppingWatch). Entries
+// of a Store that got the key without being woken are removed by its
+// grant; those of Stores gone for good are removed by the releases that
+// pop them, one per release, and otherwise stay (about 30 bytes each, in
+// a key that exists only while someone is queued).
 //
 // Mixed versions. Stores of the previous version of this package (which
 // mark but do not queue, and whose release publishes E on "P:released")

@@ -1,6 +1,9 @@
 package valkey
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Script sources for the raw baseline benchmarks, which run the same
 // scripts through valkey-go directly.
@@ -47,3 +50,8 @@ var LibraryID = libraryID
 // StoreID is the id s queues under in the wait sets of the keys it
 // waits for.
 func StoreID(s *Store) string { return s.id }
+
+// SetPassHook makes s run f on its passer goroutine before each pass of a
+// turn for a key it does not watch, with the passer's ctx (canceled by
+// Close). Call it before s's first WatchRelease.
+func SetPassHook(s *Store, f func(ctx context.Context, ident string)) { s.passHook = f }

@@ -60,7 +60,7 @@ type function struct {
 // and its functions.
 var libraryID = "lease_" + sha1hex(strings.Join([]string{
 	srcAcquire, srcAcquireMarking, srcAcquireWatching, srcAcquireTurn, srcRenew, srcRenewBatch, srcValidate,
-	srcRelease, srcReleaseEnded, srcInspect, srcGuard,
+	srcRelease, srcReleaseEnded, srcInspect, srcGuard, srcPassTurn,
 }, "\x00"))[:16]
 
 func newFunction(op, src string) *function {
@@ -80,7 +80,8 @@ var (
 	fnEnded     = newFunction("release_ended", srcReleaseEnded)
 	fnInspect   = newFunction("inspect", srcInspect)
 	fnGuard     = newFunction("guard", srcGuard)
-	libraryCode = library(fnAcquire, fnMarking, fnWatching, fnTurn, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard)
+	fnPassTurn  = newFunction("pass_turn", srcPassTurn)
+	libraryCode = library(fnAcquire, fnMarking, fnWatching, fnTurn, fnRenew, fnBatch, fnValidate, fnRelease, fnEnded, fnInspect, fnGuard, fnPassTurn)
 )
 
 // library is the FUNCTION LOAD text of fns: each script's body (after its

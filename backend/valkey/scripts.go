@@ -157,11 +157,7 @@ end
 ` + fill(luaGrant, "$ID", "4", "$M", "':'")
 	srcAcquireMarking = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
 if v then
-  local i = string.find(v, '[:!]')
-  if i and string.byte(v, i) ~= 33 then
-    redis.call('SETRANGE', KEYS[1], i - 1, '!')
-  end
-  return '2 ' .. ARGV[4]
+` + luaMark + `  return '2 ' .. ARGV[4]
 end
 ` + fill(luaGrant, "$ID", "4", "$M", "':'")
 	srcAcquireWatching = fill(luaWatching, "$QUEUE", `local t = redis.call('TIME')
@@ -182,11 +178,7 @@ end
 // others), as any stale entry does.
 const luaWatching = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
 if v then
-  local i = string.find(v, '[:!]')
-  if i and string.byte(v, i) ~= 33 then
-    redis.call('SETRANGE', KEYS[1], i - 1, '!')
-  end
-  $QUEUE
+` + luaMark + `  $QUEUE
   return '2 ' .. ARGV[5]
 end
 local m = ':'
@@ -196,6 +188,36 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
     m = '!'
   end
 end
+`
+
+// luaMark marks the live grant v of KEYS[1] (the mark byte, SETRANGE of
+// one byte, once per grant), so that its release publishes a notification.
+const luaMark = `  local i = string.find(v, '[:!]')
+  if i and string.byte(v, i) ~= 33 then
+    redis.call('SETRANGE', KEYS[1], i - 1, '!')
+  end
+`
+
+// srcPassTurn: KEYS lease, wait; ARGV the channel prefix "P:released:",
+// E (the message), id. The turn of a Store that a release woke for a key
+// it no longer watches (its waiters gave up while the key was held; see
+// "Release notification" in the package doc), passed on as the release
+// would have given it had the Store not been queued: if the key is free,
+// the wait set's oldest entry is popped and "P:released:ID" gets E; if a
+// grant is live (taken meanwhile) and Stores are still queued, it is
+// marked, so that its release wakes the next one. Returns "1 ID" (passed,
+// or nobody queued) or "2 ID" (held).
+var srcPassTurn = "#!lua\n" + `local v = redis.call('GET', KEYS[1])
+if v then
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+` + luaMark + `  end
+  return '2 ' .. ARGV[3]
+end
+local w = redis.call('ZPOPMIN', KEYS[2])
+if w[1] then
+  redis.call('PUBLISH', ARGV[1] .. w[1], ARGV[2])
+end
+return '1 ' .. ARGV[3]
 `
 
 // luaGrant is the acquire scripts' grant of a free key: the id in

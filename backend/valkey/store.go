@@ -127,6 +127,14 @@ type Store struct {
 	// by the subscriber's message callback, taken by TryAcquire.
 	turnsMu sync.Mutex
 	turns   map[string]struct{}
+	// passes, also guarded by turnsMu, holds the idents of the keys whose
+	// turn came while the Store did not watch them, until the passer
+	// (pass.go) passes it on; passWake (buffer 1) wakes the passer.
+	passes   map[string]struct{}
+	passWake chan struct{}
+	// passHook, when set (by tests, before the first WatchRelease), runs
+	// on the passer before each pass, with the passer's ctx.
+	passHook func(ctx context.Context, ident string)
 }
 
 // giveTurn records that a release woke the Store in its turn for ident.
@@ -185,6 +193,7 @@ func New(client vk.Client, o Options) (*Store, error) {
 		waitReplicas: o.WaitReplicas,
 		waitTimeout:  wt,
 		clock:        newClockEstimate(),
+		passWake:     make(chan struct{}, 1),
 	}
 	s.own = s.channel + ":" + s.id
 	s.watches = watchhub.New[string, struct{}](s.subscribe)

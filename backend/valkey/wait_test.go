@@ -222,6 +222,53 @@ func (s wakeSleeper) Sleep(ctx context.Context, d time.Duration, wake <-chan str
 	return nil
 }
 
+// waiter is a runtime Acquire of k through a Store, waiting (Wait: an
+// hour) with the retry interval given, on a wakeSleeper.
+type waiter struct {
+	sl    wakeSleeper
+	woken *atomic.Int64
+	done  chan waitResult
+}
+
+type waitResult struct {
+	h   *runtime.Handle
+	err error
+}
+
+// startWaiter starts a waiter of k on s whose retry interval is retry;
+// wait for its first pause on w.sl.Sleeping.
+func startWaiter(t *testing.T, s *valkey.Store, k leaseapi.Key, retry time.Duration) waiter {
+	t.Helper()
+	w := waiter{woken: new(atomic.Int64), done: make(chan waitResult, 1)}
+	w.sl = wakeSleeper{make(chan struct{}, 1), w.woken}
+	c := storetest.NewClient(t, s, runtime.ClientOptions{Sleeper: w.sl})
+	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: max(10*time.Second, 2*retry), Wait: time.Hour, Retry: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		h, err := c.Acquire(t.Context(), k, p)
+		w.done <- waitResult{h, err}
+	}()
+	return w
+}
+
+// acquired waits for the waiter's Acquire to succeed (10s at most: the
+// tests that call it give it a notification or a short retry interval)
+// and releases its grant when the test ends.
+func (w waiter) acquired(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case r := <-w.done:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		t.Cleanup(func() { _ = r.h.Release(context.Background()) })
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not acquired within 10s", what)
+	}
+}
+
 // TestStaleHeadCostsOneRetry: the Store first in the wait set is gone
 // (closed while queued), so the release that pops it wakes nobody; the next
 // queued Store's waiter acquires on its retry timer, one retry interval
@@ -246,40 +293,211 @@ func TestStaleHeadCostsOneRetry(t *testing.T) {
 	stop()
 	gone.Close()
 
-	var woken atomic.Int64
-	sl := wakeSleeper{make(chan struct{}, 1), &woken}
-	c := storetest.NewClient(t, next, runtime.ClientOptions{Sleeper: sl})
-	const retry = 200 * time.Millisecond
-	p, err := leaseapi.NewPolicy(leaseapi.PolicyOptions{TTL: 10 * time.Second, Wait: time.Minute, Retry: retry})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		h   *runtime.Handle
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		h, err := c.Acquire(t.Context(), k, p)
-		done <- result{h, err}
-	}()
-	<-sl.Sleeping // its first attempt found the key held and queued it
+	w := startWaiter(t, next, k, 200*time.Millisecond)
+	<-w.sl.Sleeping // its first attempt found the key held and queued it
 	if got, want := waitSet(t, admin, holder, k), []string{valkey.StoreID(gone), valkey.StoreID(next)}; !slices.Equal(got, want) {
 		t.Fatalf("wait set %v, want %v", got, want)
 	}
 	if err := holder.Release(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("the waiter behind the stale entry: %v", r.err)
-	}
-	defer func() { _ = r.h.Release(context.Background()) }()
-	if n := woken.Load(); n != 0 {
+	w.acquired(t, "the waiter behind the stale entry")
+	if n := w.woken.Load(); n != 0 {
 		t.Fatalf("the waiter was woken %d times, want 0 (the release woke the stale head)", n)
 	}
 	if got := waitSet(t, admin, holder, k); len(got) != 0 {
 		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// withdraw makes s, which is subscribed, queue for k (held by another
+// owner) and then stop watching it, alive: its waiters gave up.
+func withdraw(t *testing.T, s *valkey.Store, k leaseapi.Key) {
+	t.Helper()
+	_, stop := s.WatchRelease(k)
+	markWaiting(t, s, k)
+	stop()
+}
+
+// passBlocker is a pass hook (valkey.SetPassHook) that holds the passer
+// before its pass of a turn for a key whose ident contains name: it sends
+// the ident on entered, then waits for release or for the passer's ctx
+// (canceled by Close). Other keys (the warm-up's) pass at once.
+type passBlocker struct {
+	name    string
+	entered chan string
+	release chan struct{}
+}
+
+func newPassBlocker(name string) passBlocker {
+	return passBlocker{name, make(chan string, 1), make(chan struct{})}
+}
+
+func (b passBlocker) hook(ctx context.Context, ident string) {
+	if !strings.Contains(ident, b.name) {
+		return
+	}
+	b.entered <- ident
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+}
+
+// TestWithdrawnStoresPassTheTurn: the two Stores first in the wait set
+// stopped waiting but are alive, so each passes on the turn the release
+// gives it; the Store queued behind them is woken by that one release,
+// not by its retry timer (half an hour, far past the test's bound), and
+// the wait set is then empty.
+func TestWithdrawnStoresPassTheTurn(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	admin := newClient(t, addr)
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	k := leaseapi.MustKey("ns", "withdrawn")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		left := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+		warmWatch(t, left, holder)
+		withdraw(t, left, k)
+		ids = append(ids, valkey.StoreID(left))
+	}
+	next := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, next, holder)
+	w := startWaiter(t, next, k, 30*time.Minute)
+	<-w.sl.Sleeping
+	if got, want := waitSet(t, admin, holder, k), append(ids, valkey.StoreID(next)); !slices.Equal(got, want) {
+		t.Fatalf("wait set %v, want %v", got, want)
+	}
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	w.acquired(t, "the waiter behind the withdrawn Stores")
+	if n := w.woken.Load(); n != 1 {
+		t.Fatalf("the waiter was woken %d times, want 1 (by the release its turn was passed from)", n)
+	}
+	if got := waitSet(t, admin, holder, k); len(got) != 0 {
+		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// heldTurn is a withdrawn Store (left) holding the turn of a release of
+// k that it will pass on: its passer held by b, a waiter (w, on another
+// Store) queued behind it.
+type heldTurn struct {
+	admin        vk.Client
+	holder, left *valkey.Store
+	k            leaseapi.Key
+	b            passBlocker
+	w            waiter
+}
+
+// holdTurn makes a heldTurn of the key ns/name, the waiter's retry
+// interval being retry.
+func holdTurn(t *testing.T, name string, retry time.Duration) heldTurn {
+	t.Helper()
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	h := heldTurn{admin: newClient(t, addr), k: leaseapi.MustKey("ns", name), b: newPassBlocker(name)}
+	h.holder = newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	h.left = newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	next := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	valkey.SetPassHook(h.left, h.b.hook)
+	warmWatch(t, h.left, h.holder)
+	warmWatch(t, next, h.holder)
+	rec, err := h.holder.TryAcquire(t.Context(), h.k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withdraw(t, h.left, h.k)
+	h.w = startWaiter(t, next, h.k, retry)
+	<-h.w.sl.Sleeping
+	if err := h.holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	<-h.b.entered // the turn reached the withdrawn Store
+	return h
+}
+
+// TestCloseDropsThePass: a withdrawn Store closed while it holds a turn
+// to pass (its passer held before the pass) returns from Close, passes
+// nothing (the waiter behind it is never woken: it acquires on its retry
+// timer, as behind a Store that is gone) and leaves no goroutine behind
+// (TestMain's goleak).
+func TestCloseDropsThePass(t *testing.T) {
+	h := holdTurn(t, "close-while-passing", 200*time.Millisecond)
+	h.left.Close()
+	h.w.acquired(t, "the waiter behind the closed Store")
+	if n := h.w.woken.Load(); n != 0 {
+		t.Fatalf("the waiter was woken %d times, want 0 (the closed Store passed its turn)", n)
+	}
+	if got := waitSet(t, h.admin, h.holder, h.k); len(got) != 0 {
+		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// TestRewatchBeforeThePass: the turn reaches a withdrawn Store, which
+// watches the key again and takes it (the key is free) before its passer
+// runs; the turn is neither lost nor doubled: the release of that grant
+// (marked, the waiter being queued) wakes the waiter behind it, once, not
+// its retry timer.
+func TestRewatchBeforeThePass(t *testing.T) {
+	h := holdTurn(t, "rewatch", 30*time.Minute)
+	_, stop := h.left.WatchRelease(h.k)
+	defer stop()
+	rec, err := h.left.TryAcquire(t.Context(), h.k, ownerB, 10*time.Second)
+	if err != nil {
+		t.Fatalf("the re-watching Store's attempt: %v", err)
+	}
+	if v := leaseValue(t, h.admin, h.holder, h.k); !strings.Contains(v, "!") {
+		t.Fatalf("lease value %q: the grant made while a Store is queued is not marked", v)
+	}
+	close(h.b.release)
+	if err := h.left.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	h.w.acquired(t, "the waiter behind the re-watching Store")
+	if n := h.w.woken.Load(); n != 1 {
+		t.Fatalf("the waiter was woken %d times, want 1", n)
+	}
+	if got := waitSet(t, h.admin, h.holder, h.k); len(got) != 0 {
+		t.Fatalf("wait set %v, want it gone", got)
+	}
+}
+
+// TestTurnToAStoppingWatch: a turn that reaches a watching Store whose
+// watch then stops before any attempt is not passed on (it was given to
+// the watch): the waiter queued behind acquires on its retry timer, one
+// retry interval late, not woken.
+func TestTurnToAStoppingWatch(t *testing.T) {
+	addr := serverAddr(t)
+	prefix := uniquePrefix()
+	holder := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	first := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	next := newStore(t, newClient(t, addr), valkey.Options{Prefix: prefix})
+	warmWatch(t, first, holder)
+	warmWatch(t, next, holder)
+	k := leaseapi.MustKey("ns", "stopping-watch")
+	rec, err := holder.TryAcquire(t.Context(), k, ownerA, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := first.WatchRelease(k)
+	markWaiting(t, first, k)
+	w := startWaiter(t, next, k, 200*time.Millisecond)
+	<-w.sl.Sleeping
+	if err := holder.Release(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	received(t, ch, "the Store queued first")
+	stop()
+	w.acquired(t, "the waiter behind the stopped watch")
+	if n := w.woken.Load(); n != 0 {
+		t.Fatalf("the waiter was woken %d times, want 0", n)
 	}
 }
 

@@ -26,7 +26,9 @@ const (
 // longest (see "Release notification" in the package doc). The runtime's
 // waiting Acquire watches before its first attempt, so it is told of the
 // releases it waits for in its Store's turn. stop removes the
-// registration; it is safe to call more than once.
+// registration; it is safe to call more than once. A Store queued for a
+// key it no longer watches passes on the turn a release gives it, so that
+// a waiter that gives up delays no other Store.
 //
 // The first call starts the Store's single subscription (SUBSCRIBE to the
 // prefix's release channel) in a background goroutine, which exits only
@@ -95,12 +97,22 @@ func (s *Store) subscribe(ctx context.Context) {
 			s.watches.NotifyAll()
 		}
 	})
+	passing := make(chan struct{})
+	go func() {
+		defer close(passing)
+		s.passer(ctx)
+	}()
+	defer func() { <-passing }()
 	backoff := watchhub.Backoff{Min: resubscribeMin, Max: resubscribeMax}
 	for {
 		start := time.Now()
 		dc, done := s.client.Dedicate()
 		_ = dc.Receive(hctx, dc.B().Subscribe().Channel(s.channel, s.own).Build(), func(m vk.PubSubMessage) {
-			if m.Channel == s.own && s.watches.Has(m.Message) {
+			if m.Channel == s.own {
+				if !s.watches.Has(m.Message) {
+					s.passTurn(m.Message) // its waiters gave up: the next Store's turn
+					return
+				}
 				s.giveTurn(m.Message) // before the wake-up, which its attempt follows
 			}
 			s.watches.Notify(m.Message)
