@@ -81,7 +81,7 @@ func (s *Store) passer(ctx context.Context) {
 func (s *Store) pass(ctx context.Context, ident string) {
 	ctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
-	tag := s.prefix + ":{" + ident
+	lease := s.prefix + ":{" + ident + leaseSuffix
 	_, ida := newRequestID()
-	_ = s.run(ctx, fnPassTurn, []string{tag + leaseSuffix, tag + waitSuffix}, []string{s.channel + ":", ident, ida})
+	_ = s.run(ctx, fnPassTurn, []string{lease, waitKeyOf(lease)}, []string{s.channel + ":", ident, ida})
 }

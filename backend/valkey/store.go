@@ -324,6 +324,13 @@ func (s *Store) identOf(lease string) string {
 	return lease[len(s.prefix)+2 : len(lease)-len(leaseSuffix)]
 }
 
+// waitKeyOf returns the wait set's name for the lease key named lease: the
+// same prefix and hash tag. Only a queuing attempt needs it, so the plain
+// acquisition does not build it.
+func waitKeyOf(lease string) string {
+	return lease[:len(lease)-len(leaseSuffix)] + waitSuffix
+}
+
 // CacheKey returns the server key under which [Store.Guard] publishes the
 // cache value called name for lease k. It shares k's hash tag, so it lives
 // in the lease's cluster slot, and it can never name the lease's own keys.
@@ -503,17 +510,16 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	b = t.int(b, ttl.Microseconds())
 	b = t.int(b, na)
 	b = t.id(b)
-	b = t.key(b, s.prefix, key, waitSuffix) // a few bytes more in the one allocation
 	t.done(b)
 	lk, tk, ttlText, naText, ida := t.field(0), t.field(1), t.field(2), t.field(3), t.field(4)
 	var res vk.ValkeyResult
 	var waitRes vk.ValkeyResult
 	f, queue := fnAcquire, false
-	if s.watches.Has(s.identOf(lk)) {
+	if ident := s.identOf(lk); s.watches.Has(ident) {
 		// Queue only while the subscription is confirmed: a Store that
 		// cannot hear its turn would swallow it (see "Release
 		// notification" in the package doc).
-		turn := s.takeTurn(s.identOf(lk))
+		turn := s.takeTurn(ident)
 		f, queue = fnMarking, s.listening.Load()
 		switch {
 		case queue && turn:
@@ -524,9 +530,9 @@ func (s *Store) TryAcquire(ctx context.Context, key leaseapi.Key, owner string, 
 	}
 	switch {
 	case queue && s.waitReplicas > 0:
-		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk, waitKeyOf(lk)}, []string{owner, ttlText, naText, s.id, ida})
 	case queue:
-		res = s.run(ctx, f, []string{lk, tk, t.field(5)}, []string{owner, ttlText, naText, s.id, ida})
+		res = s.run(ctx, f, []string{lk, tk, waitKeyOf(lk)}, []string{owner, ttlText, naText, s.id, ida})
 	case s.waitReplicas > 0:
 		res, waitRes = s.execWithWait(ctx, f.sha, f.src, []string{lk, tk}, []string{owner, ttlText, naText, ida})
 	default:
